@@ -1,0 +1,1 @@
+"""spectool benchmarks: the offline OOLONG-style benchmark (`spectool bench oolong`)."""
