@@ -1,0 +1,58 @@
+"""spectool: speculative tool calling for streamed code cells.
+
+While a model streams a code cell, a shadow interpreter runs the statements that have
+closed and starts every call to a speculatable tool whose arguments are already known;
+when the finished cell really runs, each tool call claims its pre-launched call or
+runs the tool as the baseline would. See ``Runtime``.
+
+    import spectool
+
+    @spectool.tool(speculate="pure")
+    async def llm_query(prompt: str) -> str: ...
+
+    runtime = spectool.Runtime(tools=[llm_query], mode="spec")
+    result = await runtime.run(stream)   # async iterable of text deltas
+    result.namespace, result.stdout, result.error, result.stats
+"""
+
+from .errors import (
+    ExecutorError,
+    RemoteCellError,
+    RemoteToolError,
+    RuntimeClosedError,
+    SpecToolError,
+    StreamError,
+    ToolArgumentError,
+    ToolError,
+    ToolOutputTooLargeError,
+    ToolTimeoutError,
+    WorkerCrashedError,
+)
+from .runtime import CellResult, Runtime, TurnResult
+from .store import Budget, EntryState
+from .tools import Tool, tool
+from .trace import Event, Trace, TurnStats
+
+__all__ = [
+    "tool",
+    "Tool",
+    "Runtime",
+    "TurnResult",
+    "CellResult",
+    "TurnStats",
+    "Trace",
+    "Event",
+    "Budget",
+    "EntryState",
+    "SpecToolError",
+    "ToolError",
+    "ToolArgumentError",
+    "ToolTimeoutError",
+    "ToolOutputTooLargeError",
+    "RemoteToolError",
+    "ExecutorError",
+    "WorkerCrashedError",
+    "RemoteCellError",
+    "StreamError",
+    "RuntimeClosedError",
+]

@@ -1,0 +1,295 @@
+"""The runtime: wires segmenter -> shadow -> store -> real executor -> trace for a turn.
+
+``Runtime(tools, mode=...)``; ``await runtime.run(stream)`` consumes the text deltas
+of one model message and returns a :class:`TurnResult`.
+
+Modes:
+
+``baseline``
+    the cells run after the stream ends; every tool call runs when the real run
+    reaches it.
+``lazy``
+    as baseline, plus the shadow runs over the finished cells *after* the stream
+    ends, concurrently with the real run (parallelises independent calls).
+``spec``
+    the shadow runs each closed statement *while the message streams* and peeks into
+    the unfinished tail, so tool latency overlaps decoding.
+
+In every mode the real executor starts the moment the stream ends; it never waits
+for the shadow; the shadow is stopped when the real run finishes and unclaimed
+speculations are then cancelled. Every task of a turn lives in one task group, so
+none outlives the turn (also when the caller cancels ``run``).
+
+Cells run in order; a cell that raises (or does not parse) ends the turn's real
+execution: later cells do not run. ``TurnResult.error`` is that error.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterable, Iterable, Literal
+
+import anyio
+import anyio.lowlevel
+
+from .errors import RuntimeClosedError, StreamError
+from .executor import InProcessExecutor
+from .store import Budget, Store
+from .tools import Tool, as_tool
+from .trace import Trace, TurnStats
+
+__all__ = ["Runtime", "TurnResult", "CellResult"]
+
+Mode = Literal["baseline", "lazy", "spec"]
+_MODES = ("baseline", "lazy", "spec")
+_runtime_ids = itertools.count(1)
+
+
+@dataclass
+class CellResult:
+    index: int
+    source: str
+    stdout: str = ""
+    error: BaseException | None = None
+    ran: bool = False          # False: not parsed, or not reached after an earlier error
+    complete: bool = True      # False: the message ended inside the fence
+
+
+@dataclass
+class TurnResult:
+    namespace: dict[str, Any]
+    stdout: str
+    error: BaseException | None
+    stats: TurnStats
+    trace: Trace
+    cells: list[CellResult] = field(default_factory=list)
+
+
+class Runtime:
+    """Speculative tool-calling runtime for streamed code cells.
+
+    tools: ``Tool`` objects (plain callables become ``speculate="never"`` tools).
+    mode: ``"baseline" | "lazy" | "spec"``.
+    executor: ``"inprocess"`` (non-isolated) or ``"subprocess"`` (or an executor object).
+    namespace: the initial REPL variables (in-process: used and mutated as is).
+    max_in_flight / max_arg_bytes_in_flight: speculative calls and argument bytes in
+    flight across this runtime's turns (waits, never refuses; real calls are exempt).
+    max_dispatches_per_turn: speculative dispatches per turn (later launches are declined).
+    max_output_bytes: default output cap for tools without their own.
+    shadow_limits: a ``spectool.shadow.Limits`` for the shadow interpreter.
+    """
+
+    def __init__(self, tools: Iterable[Any] = (), mode: Mode = "spec",
+                 executor: Any = "inprocess", namespace: dict[str, Any] | None = None, *,
+                 max_in_flight: int = 16, max_dispatches_per_turn: int = 256,
+                 max_arg_bytes_in_flight: int = 4 << 20, max_output_bytes: int | None = None,
+                 shadow_limits: Any = None, languages: tuple[str, ...] = ("repl", "python"),
+                 worker_limits: Any = None) -> None:
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {_MODES}, not {mode!r}")
+        self.mode: Mode = mode
+        self.tools: dict[str, Tool] = {}
+        for obj in tools:
+            t = as_tool(obj)
+            if t.name in self.tools:
+                raise ValueError(f"two tools named {t.name!r}")
+            self.tools[t.name] = t
+        if executor == "inprocess":
+            self.executor: Any = InProcessExecutor(namespace)
+        elif executor == "subprocess":
+            from .subprocess_executor import SubprocessExecutor
+            self.executor = SubprocessExecutor(namespace, limits=worker_limits)
+        elif isinstance(executor, str):
+            raise ValueError(f"executor must be 'inprocess' or 'subprocess', not {executor!r}")
+        else:
+            self.executor = executor
+        self.budget = Budget(max_in_flight, max_arg_bytes_in_flight)
+        self.max_dispatches_per_turn = max_dispatches_per_turn
+        self.max_output_bytes = max_output_bytes
+        self.shadow_limits = shadow_limits
+        self.languages = tuple(languages)
+        self._id = next(_runtime_ids)
+        self._turns = 0
+        self._lock: anyio.Lock | None = None
+        self._closed = False
+
+    # ---------------------------------------------------------------- public API
+    @property
+    def namespace(self) -> dict[str, Any]:
+        """The REPL variables now (no dunders, no tool proxies)."""
+        return self.executor.variables()
+
+    async def run_cell(self, source: str) -> TurnResult:
+        """Run one complete cell given as a string (a one-chunk stream)."""
+        fence = "`" * max(3, _longest_backtick_run(source) + 1)
+        text = f"{fence}{self.languages[0]}\n{source}\n{fence}\n"
+
+        async def one_chunk():
+            yield text
+        return await self.run(one_chunk())
+
+    async def run(self, stream: AsyncIterable[str | bytes] | Iterable[str | bytes]) -> TurnResult:
+        """Consume one model message and run its cells; see the module docstring."""
+        if self._closed:
+            raise RuntimeClosedError("runtime is closed")
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        async with self._lock:  # turns of one runtime share a namespace: one at a time
+            self._turns += 1
+            return await _Turn(self, f"r{self._id}t{self._turns}").run(stream)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await self.executor.aclose()
+
+    async def __aenter__(self) -> "Runtime":
+        await self.executor.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+class _Turn:
+    """One turn: stream consumption, shadow, real execution, cleanup."""
+
+    def __init__(self, runtime: Runtime, turn_id: str) -> None:
+        self.rt = runtime
+        self.turn_id = turn_id
+        self.trace = Trace()
+        self.stats = TurnStats()
+        self.cells: list[Any] = []
+        self.shadow: Any = None
+        self._pending_statements: list[str] = []
+
+    async def run(self, stream: Any) -> TurnResult:
+        rt = self.rt
+        from .segmenter import CellClosed, Segmenter, StatementClosed, TailChanged
+        self._kinds = (CellClosed, StatementClosed, TailChanged)
+        stream_error: BaseException | None = None
+        results: list[CellResult] = []
+        await rt.executor.start()
+        async with anyio.create_task_group() as tg:
+            store = Store(rt.tools, tg, budget=rt.budget, trace=self.trace, stats=self.stats,
+                          turn_id=self.turn_id, max_dispatches=rt.max_dispatches_per_turn,
+                          max_output_bytes=rt.max_output_bytes)
+            shadow_scope = anyio.CancelScope()
+            if rt.mode != "baseline":
+                from ._shadow_driver import ShadowDriver
+                self.shadow = ShadowDriver(rt.tools, store, self.trace, rt.shadow_limits,
+                                           _snapshot(rt.executor.variables()))
+                if rt.mode == "spec":
+                    tg.start_soon(self._run_shadow, shadow_scope)
+            segmenter = Segmenter(rt.languages)
+            try:
+                await self._consume(stream, segmenter)
+            except Exception as exc:
+                stream_error = exc
+            self.stats.t_stream = self.trace.now()
+            self.trace.add("stream_end", error=None if stream_error is None else repr(stream_error))
+            if rt.mode == "spec":
+                self.shadow.finish()
+            if stream_error is None:
+                if rt.mode == "lazy":
+                    for cell in self.cells:
+                        for stmt in cell[1]:
+                            self.shadow.feed_statement(stmt)
+                    self.shadow.finish()
+                    tg.start_soon(self._run_shadow, shadow_scope)
+                t0 = self.trace.now()
+                results = await self._execute(store)
+                self.stats.t_exec = self.trace.now() - t0
+            shadow_scope.cancel()      # the shadow stops when the real run finishes
+            store.close()              # unclaimed speculations are cancelled for real
+        self.stats.t_turn = self.trace.now()
+        self.trace.add("turn_end", **{k: v for k, v in self.stats.to_dict().items()})
+        if stream_error is not None:
+            raise StreamError(f"the model stream raised: {stream_error!r}") from stream_error
+        error = next((c.error for c in results if c.error is not None), None)
+        return TurnResult(namespace=rt.executor.variables(),
+                          stdout="".join(c.stdout for c in results), error=error,
+                          stats=self.stats, trace=self.trace, cells=results)
+
+    async def _consume(self, stream: Any, segmenter: Any) -> None:
+        if not hasattr(stream, "__aiter__"):
+            for delta in stream:
+                self.trace.add("chunk", chars=len(delta))
+                self._handle(segmenter.feed(delta))
+                await anyio.lowlevel.checkpoint()
+        else:
+            iterator = stream.__aiter__()
+            try:
+                async for delta in iterator:
+                    self.trace.add("chunk", chars=len(delta))
+                    self._handle(segmenter.feed(delta))
+            finally:
+                aclose = getattr(iterator, "aclose", None)
+                if aclose is not None:
+                    with anyio.CancelScope(shield=True):
+                        await aclose()
+        self._handle(segmenter.close())
+
+    def _handle(self, events: list[Any]) -> None:
+        CellClosed, StatementClosed, TailChanged = self._kinds
+        spec = self.rt.mode == "spec"
+        for ev in events:
+            if isinstance(ev, StatementClosed):
+                self.trace.add("statement", cell=ev.cell, index=ev.index, lineno=ev.lineno)
+                self._pending_statements.append(ev.source)
+                if spec:
+                    self.shadow.feed_statement(ev.source)
+            elif isinstance(ev, TailChanged):
+                if spec:
+                    self.shadow.feed_tail(ev.tail)
+            elif isinstance(ev, CellClosed):
+                self.trace.add("cell_closed", cell=ev.cell, complete=ev.complete,
+                               chars=len(ev.source))
+                self.cells.append((ev, self._pending_statements))
+                self._pending_statements = []
+                if spec:
+                    self.shadow.feed_tail("")
+
+    async def _run_shadow(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            await self.shadow.run()
+
+    async def _execute(self, store: Store) -> list[CellResult]:
+        rt = self.rt
+        results: list[CellResult] = []
+        names = list(rt.tools)
+        stopped = False
+        for index, (cell, _statements) in enumerate(self.cells):
+            res = CellResult(index=index, source=cell.source, complete=cell.complete)
+            results.append(res)
+            if stopped:
+                continue
+            self.trace.add("cell_start", cell=index)
+            outcome = await rt.executor.run_cell(cell.source, names, store.call)
+            res.stdout, res.error, res.ran = outcome.stdout, outcome.error, outcome.ran
+            self.trace.add("cell_end", cell=index, ran=outcome.ran,
+                           error=None if outcome.error is None else repr(outcome.error))
+            if outcome.error is not None:
+                stopped = True
+        return results
+
+
+def _snapshot(variables: dict[str, Any]) -> dict[str, Any]:
+    """Deep copies of the REPL variables for the shadow; values that do not copy are left out."""
+    out: dict[str, Any] = {}
+    for name, value in variables.items():
+        try:
+            out[name] = copy.deepcopy(value)
+        except Exception:
+            continue
+    return out
+
+
+def _longest_backtick_run(text: str) -> int:
+    best = run = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        best = max(best, run)
+    return best
+

@@ -1,0 +1,430 @@
+"""The speculation store: speculative calls keyed by tool + canonical arguments.
+
+One :class:`Store` lives for one turn; :class:`Budget` (calls and argument bytes in
+flight) is shared by all turns of one runtime.
+
+Semantics (pinned in docs/INTERFACES.md):
+
+* key = ``(tool name, canonical_key(args, kwargs))``; arguments that are not plain
+  immutable data have no key and are never speculated.
+* Per key a FIFO of :class:`Entry` indexed by *occurrence*: the shadow's n-th launch
+  of a key and the real run's n-th call of that key meet at entry n. Identical calls
+  are never merged unless the tool is ``deterministic`` (then all share entry 0).
+* States: ``pending`` (waiting for budget) -> ``running`` -> ``done`` ->
+  ``claimed`` | ``evicted``.
+* A real call claims its occurrence: a hit awaits the entry and returns its value or
+  re-raises its exception; a miss runs the tool itself, exactly as the baseline
+  (no budget: real calls have priority; a still-pending entry is taken over).
+* A shadow launch whose occurrence the real run already reached joins that call.
+* ``close()`` (turn end) cancels every unclaimed entry for real; the tool's
+  ``cancel`` hook runs for a cancelled call that had started. Finished-but-unclaimed
+  entries count as ``wasted``, cancelled unfinished ones as ``evicted``.
+* Tail bets are *floating* entries (launched from the unfinished tail, not yet in a
+  FIFO); a statement launch of the same key adopts the oldest one; the rest are
+  withdrawn (cancelled) when the tail no longer contains them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Mapping
+
+import anyio
+from anyio.abc import TaskGroup
+
+from .errors import ToolArgumentError, ToolError
+from .trace import Trace, TurnStats
+
+try:  # owned by the keys module; documented: canonical_key(args, kwargs) -> str | None
+    from .keys import canonical_key
+except ImportError:  # pragma: no cover - only while keys.py has not landed
+    import json as _json
+
+    def _plain(v):
+        if v is None or isinstance(v, (bool, int, str)):
+            return v
+        if isinstance(v, float):
+            return {"f": repr(v)}
+        if isinstance(v, (tuple, list)):
+            return {"l": [_plain(x) for x in v]}
+        if isinstance(v, dict) and all(isinstance(x, str) for x in v):
+            return {"d": sorted((x, _plain(y)) for x, y in v.items())}
+        raise TypeError
+
+    def canonical_key(args, kwargs):  # type: ignore[misc]
+        try:
+            return _json.dumps([_plain(list(args)), _plain(dict(kwargs))])
+        except (TypeError, ValueError, RecursionError):
+            return None
+
+__all__ = ["Budget", "Entry", "EntryState", "Store", "Outcome"]
+
+
+class EntryState(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    CLAIMED = "claimed"
+    EVICTED = "evicted"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a finished entry produced (mirrors the shadow's Outcome)."""
+
+    value: object = None
+    error: BaseException | None = None
+
+
+class Budget:
+    """Speculative calls and argument bytes in flight, shared by a runtime's turns.
+
+    ``acquire`` waits (never refuses): a call larger than the byte cap runs alone.
+    """
+
+    def __init__(self, max_in_flight: int = 16, max_arg_bytes_in_flight: int = 4 << 20) -> None:
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be >= 1")
+        self.max_in_flight = max_in_flight
+        self.max_arg_bytes = max_arg_bytes_in_flight
+        self.in_flight = 0
+        self.arg_bytes = 0
+        self.peak_in_flight = 0
+        self._changed: anyio.Event | None = None
+
+    def _admissible(self, nbytes: int) -> bool:
+        if self.in_flight >= self.max_in_flight:
+            return False
+        return self.in_flight == 0 or self.arg_bytes + nbytes <= self.max_arg_bytes
+
+    async def acquire(self, nbytes: int) -> None:
+        while not self._admissible(nbytes):
+            if self._changed is None:
+                self._changed = anyio.Event()
+            await self._changed.wait()
+        self.in_flight += 1
+        self.arg_bytes += nbytes
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+
+    def release(self, nbytes: int) -> None:
+        self.in_flight -= 1
+        self.arg_bytes -= nbytes
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+
+class Entry:
+    """One call in the store; the opaque ``Handle`` the shadow holds."""
+
+    __slots__ = ("tool", "args", "kwargs", "key", "occurrence", "origin", "state",
+                 "value", "error", "done", "scope", "claimed", "promoted", "t_launch",
+                 "t_start", "t_done", "arg_bytes", "idempotency_key", "withdrawn")
+
+    def __init__(self, tool: Any, args: tuple, kwargs: dict, key: str, origin: str,
+                 t_launch: float) -> None:
+        self.tool = tool
+        self.args = args
+        self.kwargs = kwargs
+        self.key = key
+        self.occurrence = -1
+        self.origin = origin
+        self.state = EntryState.PENDING
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.done = anyio.Event()
+        self.scope = anyio.CancelScope()
+        self.claimed = False
+        self.promoted = False
+        self.withdrawn = False
+        self.t_launch = t_launch
+        self.t_start = math.nan
+        self.t_done = math.nan
+        self.arg_bytes = len(key)
+        self.idempotency_key: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.done.is_set()
+
+    def __repr__(self) -> str:
+        return (f"<Entry {self.tool.name} occ={self.occurrence} {self.state.value} "
+                f"origin={self.origin}>")
+
+
+class Store:
+    """Speculative calls of one turn. Also the shadow's ``ShadowHost``."""
+
+    def __init__(self, tools: Mapping[str, Any], task_group: TaskGroup, *, budget: Budget,
+                 trace: Trace, stats: TurnStats, turn_id: str, max_dispatches: int = 256,
+                 max_output_bytes: int | None = None) -> None:
+        self.tools = dict(tools)
+        self._tg = task_group
+        self.budget = budget
+        self.trace = trace
+        self.stats = stats
+        self.turn_id = turn_id
+        self.max_dispatches = max_dispatches
+        self.max_output_bytes = max_output_bytes
+        self._fifo: dict[tuple[str, str], list[Entry]] = defaultdict(list)
+        self._spec_pos: dict[tuple[str, str], int] = defaultdict(int)
+        self._real_pos: dict[tuple[str, str], int] = defaultdict(int)
+        self._bets: list[Entry] = []
+        self._nokey_calls = 0
+        self.closed = False
+
+    # ------------------------------------------------------------------ shadow side
+    def launch(self, tool_name: str, args: tuple, kwargs: dict, *,
+               origin: str = "statement") -> Entry | None:
+        """Start (or join) a speculative call; ``None`` = declined. Never blocks."""
+        prepared = self._prepare(tool_name, args, kwargs, origin)
+        if prepared is None:
+            return None
+        tool, args, kwargs, key = prepared
+        k = (tool.name, key)
+        fifo = self._fifo[k]
+        if origin == "tail":
+            return self._bet(tool, args, kwargs, key)
+        if tool.deterministic and fifo:
+            self.trace.add("join", tool=tool.name, occurrence=0)
+            return fifo[0]
+        occ = self._spec_pos[k]
+        if occ < len(fifo):  # the real run already reached this occurrence
+            self._spec_pos[k] += 1
+            self.trace.add("join", tool=tool.name, occurrence=occ)
+            return fifo[occ]
+        bet = next((b for b in self._bets if b.tool is tool and b.key == key), None)
+        if bet is not None:
+            self._bets.remove(bet)
+            self._spec_pos[k] += 1
+            self._place(bet, k, occ)
+            self.trace.add("adopt", tool=tool.name, occurrence=occ)
+            return bet
+        if self.stats.dispatched >= self.max_dispatches:
+            self._decline(tool.name, "dispatch budget", origin)
+            return None
+        self._spec_pos[k] += 1
+        entry = Entry(tool, args, kwargs, key, origin, self.trace.now())
+        self._place(entry, k, occ)
+        self._dispatch(entry)
+        return entry
+
+    def sync_bets(self, wanted: list[tuple[str, tuple, dict]]) -> None:
+        """Make the floating tail bets match ``wanted`` (name, args, kwargs) by key count."""
+        need: dict[tuple[str, str], list[tuple[str, tuple, dict]]] = defaultdict(list)
+        for name, args, kwargs in wanted:
+            prepared = self._prepare(name, args, kwargs, "tail", quiet=True)
+            if prepared is None or prepared[0].speculate != "pure":
+                continue
+            need[(prepared[0].name, prepared[3])].append((name, args, kwargs))
+        have: dict[tuple[str, str], list[Entry]] = defaultdict(list)
+        for bet in self._bets:
+            have[(bet.tool.name, bet.key)].append(bet)
+        for k, bets in have.items():
+            for bet in bets[len(need.get(k, ())):]:
+                self.withdraw(bet)
+        for k, calls in need.items():
+            for name, args, kwargs in calls[len(have.get(k, ())):]:
+                self.launch(name, args, kwargs, origin="tail")
+
+    def withdraw_bets(self) -> None:
+        for bet in list(self._bets):
+            self.withdraw(bet)
+
+    def withdraw(self, entry: Entry) -> None:
+        if entry in self._bets:
+            self._bets.remove(entry)
+        entry.withdrawn = True
+        self.stats.withdrawn += 1
+        self.trace.add("withdraw", tool=entry.tool.name)
+        self._retire(entry)
+
+    async def outcome(self, entry: Entry) -> Outcome:
+        """Wait for an entry (the shadow's ``WaitFor``) and report what it produced."""
+        await entry.done.wait()
+        if entry.state is EntryState.EVICTED and entry.error is None:
+            return Outcome(error=ToolError("speculation cancelled", tool=entry.tool.name))
+        return Outcome(entry.value, entry.error)
+
+    # -------------------------------------------------------------------- real side
+    async def call(self, tool_name: str, args: tuple, kwargs: dict) -> Any:
+        """A real call from the executor: claim a speculation or run the tool."""
+        tool = self.tools[tool_name]
+        args, kwargs = tool.validate(args, kwargs)
+        if not tool.speculatable:
+            self.stats.calls += 1
+            self.trace.add("call", tool=tool.name)
+            return await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes)
+        key = canonical_key(args, kwargs)
+        if key is None:
+            self._nokey_calls += 1
+            self.stats.misses += 1
+            self.trace.add("claim_miss", tool=tool.name, reason="no key")
+            return await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes,
+                                  idempotency_key=f"{self.turn_id}:{tool.name}:"
+                                                  f"nokey{self._nokey_calls}")
+        k = (tool.name, key)
+        fifo = self._fifo[k]
+        if tool.deterministic and fifo:
+            entry = fifo[0]
+        else:
+            occ = self._real_pos[k]
+            self._real_pos[k] += 1
+            if occ < len(fifo):
+                entry = fifo[occ]
+            else:
+                entry = Entry(tool, args, kwargs, key, "real", self.trace.now())
+                self._place(entry, k, occ)
+                entry.claimed = True
+                return await self._run_inline(entry, "miss")
+        if entry.state is EntryState.PENDING and not entry.claimed:
+            entry.claimed = entry.promoted = True  # real calls never wait for budget
+            entry.scope.cancel()
+            return await self._run_inline(entry, "promoted")
+        return await self._claim(entry)
+
+    async def _claim(self, entry: Entry) -> Any:
+        entry.claimed = True
+        t_claim = self.trace.now()
+        await entry.done.wait()
+        if entry.state is EntryState.EVICTED:  # cannot happen before close(); be safe
+            return await self._run_inline(entry, "miss")
+        entry.state = EntryState.CLAIMED
+        self.stats.hits += 1
+        waited = max(0.0, entry.t_done - t_claim)
+        saved = max(0.0, (entry.t_done - entry.t_start) - waited)
+        self.stats.saved_s += saved
+        self.trace.add("claim_hit", tool=entry.tool.name, occurrence=entry.occurrence,
+                       waited_s=round(waited, 6), saved_s=round(saved, 6))
+        if entry.error is not None:
+            raise entry.error
+        return entry.value
+
+    async def _run_inline(self, entry: Entry, reason: str) -> Any:
+        self.stats.misses += 1
+        self.trace.add("claim_miss", tool=entry.tool.name, occurrence=entry.occurrence,
+                       reason=reason)
+        entry.state = EntryState.RUNNING
+        entry.error = None
+        entry.t_start = self.trace.now()
+        try:
+            entry.value = await entry.tool.run(
+                entry.args, entry.kwargs, idempotency_key=entry.idempotency_key,
+                max_output_bytes=self.max_output_bytes)
+        except Exception as exc:
+            entry.error = exc
+            raise
+        finally:
+            entry.t_done = self.trace.now()
+            if entry.state is EntryState.RUNNING:
+                entry.state = EntryState.CLAIMED
+            entry.done.set()
+        return entry.value
+
+    # ------------------------------------------------------------------- turn end
+    def close(self) -> None:
+        """Turn end: cancel every unclaimed speculation for real."""
+        self.closed = True
+        for bet in list(self._bets):
+            self.withdraw(bet)
+        for fifo in self._fifo.values():
+            for entry in fifo:
+                if not entry.claimed:
+                    self._retire(entry)
+
+    # ------------------------------------------------------------------ internals
+    def _prepare(self, tool_name: str, args: tuple, kwargs: dict, origin: str,
+                 quiet: bool = False):
+        if self.closed:
+            return None
+        tool = self.tools.get(tool_name)
+        if tool is None or not tool.speculatable:
+            return None if quiet else self._decline(tool_name, "not speculatable", origin)
+        if origin == "tail" and tool.speculate != "pure":
+            return None if quiet else self._decline(tool_name, "tail bet on non-pure", origin)
+        try:
+            args, kwargs = tool.validate(tuple(args), dict(kwargs))
+        except ToolArgumentError:
+            return None if quiet else self._decline(tool_name, "arguments invalid", origin)
+        key = canonical_key(args, kwargs)
+        if key is None:
+            return None if quiet else self._decline(tool_name, "arguments not plain data", origin)
+        return tool, args, kwargs, key
+
+    def _decline(self, tool_name: str, reason: str, origin: str) -> None:
+        self.stats.declined += 1
+        self.trace.add("decline", tool=tool_name, reason=reason, origin=origin)
+        return None
+
+    def _place(self, entry: Entry, k: tuple[str, str], occ: int) -> None:
+        entry.occurrence = occ
+        digest = hashlib.sha256(k[1].encode()).hexdigest()[:16]
+        entry.idempotency_key = f"{self.turn_id}:{k[0]}:{occ}:{digest}"
+        self._fifo[k].append(entry)
+
+    def _bet(self, tool: Any, args: tuple, kwargs: dict, key: str) -> Entry | None:
+        if self.stats.dispatched >= self.max_dispatches:
+            return self._decline(tool.name, "dispatch budget", "tail")
+        entry = Entry(tool, args, kwargs, key, "tail", self.trace.now())
+        self._bets.append(entry)
+        self._dispatch(entry)
+        return entry
+
+    def _dispatch(self, entry: Entry) -> None:
+        self.stats.dispatched += 1
+        self.trace.add("bet" if entry.origin == "tail" else "launch", tool=entry.tool.name,
+                       occurrence=entry.occurrence, args=list(entry.args))
+        self._tg.start_soon(self._run_speculation, entry,
+                            name=f"spectool speculation {entry.tool.name}")
+
+    def _retire(self, entry: Entry) -> None:
+        if entry.promoted or entry.state in (EntryState.CLAIMED, EntryState.EVICTED):
+            return
+        if entry.finished:
+            self.stats.wasted += 1
+            self.trace.add("wasted", tool=entry.tool.name, occurrence=entry.occurrence)
+        else:
+            self.stats.evicted += 1
+            self.trace.add("evict", tool=entry.tool.name, occurrence=entry.occurrence,
+                           state=entry.state.value)
+        entry.scope.cancel()
+        entry.state = EntryState.EVICTED
+
+    async def _run_speculation(self, entry: Entry) -> None:
+        tool = entry.tool
+        started = False
+        try:
+            with entry.scope:
+                await self.budget.acquire(entry.arg_bytes)
+                try:
+                    if entry.promoted:  # the real call took it over before it started
+                        return
+                    started = True
+                    entry.state = EntryState.RUNNING
+                    entry.t_start = self.trace.now()
+                    try:
+                        entry.value = await tool.run(
+                            entry.args, entry.kwargs, idempotency_key=entry.idempotency_key,
+                            max_output_bytes=self.max_output_bytes)
+                    except Exception as exc:
+                        entry.error = exc
+                    entry.t_done = self.trace.now()
+                    if entry.state is EntryState.RUNNING:
+                        entry.state = EntryState.DONE
+                    entry.done.set()
+                finally:
+                    self.budget.release(entry.arg_bytes)
+        finally:
+            if not entry.finished and not entry.promoted:
+                entry.state = EntryState.EVICTED
+                entry.done.set()
+                if started and tool.cancel is not None:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
+                        try:
+                            await tool.call_cancel_hook(entry.args, entry.kwargs)
+                        except Exception as exc:  # a failing hook must not fail the turn
+                            self.trace.add("cancel_hook_error", tool=tool.name, error=repr(exc))

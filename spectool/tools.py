@@ -1,0 +1,233 @@
+"""The ``@spectool.tool`` decorator and the :class:`Tool` it returns.
+
+A tool is a sync or async callable the cell code can call. Its speculation policy:
+
+``"never"`` (default)
+    only ever called by the real run, in program order.
+``"pure"``
+    may start early; its result and its exception are reusable by the real call of
+    the same occurrence. Identical calls still run separately (FIFO by occurrence)
+    unless ``deterministic=True``.
+``"idempotent"``
+    may start early because the remote side de-duplicates by key: the function must
+    accept a keyword ``idempotency_key: str``; the runtime derives it from the turn,
+    the occurrence of the call and its canonical arguments, so the speculative and the
+    real call of one occurrence send the same key.
+
+Arguments are validated with pydantic from the signature (``validate``); a failure
+raises :class:`~spectool.errors.ToolArgumentError` naming the argument. A decorated
+function stays directly callable like the original (no validation, no runtime).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from typing import Any, Callable, Literal
+
+import anyio
+import pydantic
+
+from .errors import ToolArgumentError, ToolOutputTooLargeError, ToolTimeoutError
+
+__all__ = ["Tool", "tool", "Speculate", "output_size"]
+
+Speculate = Literal["never", "pure", "idempotent"]
+_POLICIES = ("never", "pure", "idempotent")
+IDEMPOTENCY_KEY = "idempotency_key"
+
+
+class Tool:
+    """A callable registered with the runtime. Build it with :func:`tool`."""
+
+    def __init__(self, fn: Callable[..., Any], *, speculate: Speculate = "never",
+                 deterministic: bool = False, timeout: float | None = None,
+                 max_output_bytes: int | None = None,
+                 cancel: Callable[..., Any] | None = None, name: str | None = None) -> None:
+        if speculate not in _POLICIES:
+            raise ValueError(f"speculate must be one of {_POLICIES}, not {speculate!r}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError("timeout must be positive")
+        if max_output_bytes is not None and max_output_bytes < 0:
+            raise ValueError("max_output_bytes must be >= 0")
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", None) or "tool"
+        if not self.name.isidentifier():
+            raise ValueError(f"tool name {self.name!r} is not a Python identifier")
+        self.speculate: Speculate = speculate
+        self.deterministic = bool(deterministic)
+        self.timeout = timeout
+        self.max_output_bytes = max_output_bytes
+        self.cancel = cancel
+        self.is_async = inspect.iscoroutinefunction(fn)
+        full = inspect.signature(fn)
+        params = full.parameters
+        if speculate == "idempotent":
+            p = params.get(IDEMPOTENCY_KEY)
+            if p is None or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                raise TypeError(f"idempotent tool {self.name!r} must accept a keyword "
+                                f"argument {IDEMPOTENCY_KEY!r}")
+        # The signature the cell sees: the runtime supplies idempotency_key itself.
+        self.signature = full.replace(parameters=[
+            p for n, p in params.items() if not (speculate == "idempotent" and n == IDEMPOTENCY_KEY)])
+        self._adapters = _adapters(fn, self.signature)
+        functools.update_wrapper(self, fn)
+
+    # -- direct use ---------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the original function directly (no validation, no runtime)."""
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<spectool.Tool {self.name} speculate={self.speculate!r}>"
+
+    @property
+    def speculatable(self) -> bool:
+        return self.speculate in ("pure", "idempotent")
+
+    # -- runtime use --------------------------------------------------------------
+    def validate(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """Bind to the signature, apply defaults and validate each argument.
+
+        Returns the normalised ``(args, kwargs)`` the tool will receive. Raises
+        :class:`ToolArgumentError` naming the argument.
+        """
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise ToolArgumentError(f"{self.name}(): {exc}", tool=self.name) from None
+        bound.apply_defaults()
+        for pname, value in list(bound.arguments.items()):
+            adapter = self._adapters.get(pname)
+            if adapter is None:
+                continue
+            kind = self.signature.parameters[pname].kind
+            try:
+                if kind is inspect.Parameter.VAR_POSITIONAL:
+                    value = tuple(adapter.validate_python(v) for v in value)
+                elif kind is inspect.Parameter.VAR_KEYWORD:
+                    value = {k: adapter.validate_python(v) for k, v in value.items()}
+                else:
+                    value = adapter.validate_python(value)
+            except pydantic.ValidationError as exc:
+                first = exc.errors()[0] if exc.errors() else {"msg": str(exc)}
+                raise ToolArgumentError(
+                    f"{self.name}(): argument {pname!r}: {first.get('msg')}",
+                    tool=self.name, argument=pname) from None
+            bound.arguments[pname] = value
+        return tuple(bound.args), dict(bound.kwargs)
+
+    async def run(self, args: tuple, kwargs: dict, *, idempotency_key: str | None = None,
+                  max_output_bytes: int | None = None) -> Any:
+        """Run already-validated arguments with the tool's timeout and output cap."""
+        if self.speculate == "idempotent":
+            kwargs = {**kwargs, IDEMPOTENCY_KEY: idempotency_key}
+        cap = self.max_output_bytes if self.max_output_bytes is not None else max_output_bytes
+        try:
+            with anyio.fail_after(self.timeout):
+                value = await self._invoke(args, kwargs)
+        except TimeoutError as exc:
+            if isinstance(exc, ToolTimeoutError) or self.timeout is None:
+                raise
+            raise ToolTimeoutError(f"{self.name}() timed out after {self.timeout} s",
+                                   tool=self.name) from None
+        if cap is not None:
+            size = output_size(value, cap)
+            if size > cap:
+                raise ToolOutputTooLargeError(
+                    f"{self.name}() returned more than {cap} bytes (>= {size})", tool=self.name)
+        return value
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        """Validate and run one call outside any turn (no speculation)."""
+        args, kwargs = self.validate(args, kwargs)
+        return await self.run(args, kwargs, idempotency_key=f"direct:{id(args)}")
+
+    async def _invoke(self, args: tuple, kwargs: dict) -> Any:
+        if self.is_async:
+            return await self.fn(*args, **kwargs)
+        # A sync tool cannot be interrupted: on cancellation the thread is abandoned
+        # (it finishes in the background) and the tool's cancel hook is the way to
+        # stop the remote work.
+        return await anyio.to_thread.run_sync(functools.partial(self.fn, *args, **kwargs),
+                                              abandon_on_cancel=True)
+
+    async def call_cancel_hook(self, args: tuple, kwargs: dict) -> None:
+        """Call the ``cancel`` hook with the call's arguments (sync or async)."""
+        if self.cancel is None:
+            return
+        result = self.cancel(*args, **kwargs)
+        if inspect.isawaitable(result):
+            await result
+
+
+def tool(fn: Callable[..., Any] | None = None, *, speculate: Speculate = "never",
+         deterministic: bool = False, timeout: float | None = None,
+         max_output_bytes: int | None = None, cancel: Callable[..., Any] | None = None,
+         name: str | None = None) -> Any:
+    """Declare a tool: ``@tool`` or ``@tool(speculate="pure", timeout=30)``."""
+    def wrap(f: Callable[..., Any]) -> Tool:
+        if isinstance(f, Tool):
+            f = f.fn
+        return Tool(f, speculate=speculate, deterministic=deterministic, timeout=timeout,
+                    max_output_bytes=max_output_bytes, cancel=cancel, name=name)
+    return wrap(fn) if fn is not None else wrap
+
+
+def as_tool(obj: Any) -> Tool:
+    """A :class:`Tool` as is; a plain callable becomes a ``speculate="never"`` tool."""
+    if isinstance(obj, Tool):
+        return obj
+    if callable(obj):
+        return Tool(obj)
+    raise TypeError(f"not a tool: {obj!r}")
+
+
+def output_size(value: Any, limit: int | None = None) -> int:
+    """Approximate size of a tool result in bytes.
+
+    Exact for ``str`` (UTF-8), ``bytes``-likes; containers add up their items and stop
+    early once ``limit`` is exceeded; other objects count ``len(repr(...))`` capped.
+    """
+    stop = limit if limit is not None else float("inf")
+    total = 0
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            total += len(v) if v.isascii() else len(v.encode("utf-8", "surrogatepass"))
+        elif isinstance(v, (bytes, bytearray, memoryview)):
+            total += len(v)
+        elif v is None or isinstance(v, (bool, int, float, complex)):
+            total += 8
+        elif isinstance(v, dict):
+            total += 8
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            total += 8
+            stack.extend(v)
+        else:
+            total += len(repr(v)[: int(min(stop, 1 << 20)) + 1])
+        if total > stop:
+            break
+    return total
+
+
+def _adapters(fn: Callable[..., Any], sig: inspect.Signature) -> dict[str, pydantic.TypeAdapter]:
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolved forward references: validate what we can
+        hints = {n: p.annotation for n, p in sig.parameters.items()
+                 if not isinstance(p.annotation, str)}
+    out: dict[str, pydantic.TypeAdapter] = {}
+    for pname in sig.parameters:
+        ann = hints.get(pname, inspect.Parameter.empty)
+        if ann is inspect.Parameter.empty or ann is Any:
+            continue
+        try:
+            out[pname] = pydantic.TypeAdapter(ann)
+        except Exception:  # a type pydantic cannot validate: accept as is
+            continue
+    return out
