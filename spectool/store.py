@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Mapping
@@ -80,10 +80,24 @@ class Outcome:
     error: BaseException | None = None
 
 
+class Ticket:
+    """A place in the budget's FIFO queue."""
+
+    __slots__ = ("nbytes", "admitted", "released", "event")
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self.admitted = False
+        self.released = False
+        self.event: anyio.Event | None = None
+
+
 class Budget:
     """Speculative calls and argument bytes in flight, shared by a runtime's turns.
 
-    ``acquire`` waits (never refuses): a call larger than the byte cap runs alone.
+    Admission is first-come first-served in *launch* order (``enqueue`` is synchronous).
+    It waits, never refuses: a call larger than the byte cap runs once nothing else is
+    in flight. Real calls never go through the budget.
     """
 
     def __init__(self, max_in_flight: int = 16, max_arg_bytes_in_flight: int = 4 << 20) -> None:
@@ -94,28 +108,48 @@ class Budget:
         self.in_flight = 0
         self.arg_bytes = 0
         self.peak_in_flight = 0
-        self._changed: anyio.Event | None = None
+        self._queue: deque[Ticket] = deque()
 
     def _admissible(self, nbytes: int) -> bool:
         if self.in_flight >= self.max_in_flight:
             return False
         return self.in_flight == 0 or self.arg_bytes + nbytes <= self.max_arg_bytes
 
-    async def acquire(self, nbytes: int) -> None:
-        while not self._admissible(nbytes):
-            if self._changed is None:
-                self._changed = anyio.Event()
-            await self._changed.wait()
-        self.in_flight += 1
-        self.arg_bytes += nbytes
-        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+    def enqueue(self, nbytes: int) -> Ticket:
+        ticket = Ticket(nbytes)
+        self._queue.append(ticket)
+        self._pump()
+        return ticket
 
-    def release(self, nbytes: int) -> None:
-        self.in_flight -= 1
-        self.arg_bytes -= nbytes
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
+    async def wait(self, ticket: Ticket) -> None:
+        if not ticket.admitted:
+            ticket.event = anyio.Event()
+            await ticket.event.wait()
+
+    def release(self, ticket: Ticket) -> None:
+        """Give the place back: admitted -> frees capacity; still queued -> leaves the queue."""
+        if ticket.released:
+            return
+        ticket.released = True
+        if ticket.admitted:
+            self.in_flight -= 1
+            self.arg_bytes -= ticket.nbytes
+        else:
+            try:
+                self._queue.remove(ticket)
+            except ValueError:
+                pass
+        self._pump()
+
+    def _pump(self) -> None:
+        while self._queue and self._admissible(self._queue[0].nbytes):
+            ticket = self._queue.popleft()
+            ticket.admitted = True
+            self.in_flight += 1
+            self.arg_bytes += ticket.nbytes
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            if ticket.event is not None:
+                ticket.event.set()
 
 
 class Entry:
@@ -123,7 +157,7 @@ class Entry:
 
     __slots__ = ("tool", "args", "kwargs", "key", "occurrence", "origin", "state",
                  "value", "error", "done", "scope", "claimed", "promoted", "t_launch",
-                 "t_start", "t_done", "arg_bytes", "idempotency_key", "withdrawn")
+                 "t_start", "t_done", "arg_bytes", "idempotency_key", "withdrawn", "ticket")
 
     def __init__(self, tool: Any, args: tuple, kwargs: dict, key: str, origin: str,
                  t_launch: float) -> None:
@@ -146,6 +180,7 @@ class Entry:
         self.t_done = math.nan
         self.arg_bytes = len(key)
         self.idempotency_key: str | None = None
+        self.ticket: Ticket | None = None
 
     @property
     def finished(self) -> bool:
@@ -284,6 +319,8 @@ class Store:
         if entry.state is EntryState.PENDING and not entry.claimed:
             entry.claimed = entry.promoted = True  # real calls never wait for budget
             entry.scope.cancel()
+            if entry.ticket is not None:
+                self.budget.release(entry.ticket)
             return await self._run_inline(entry, "promoted")
         return await self._claim(entry)
 
@@ -376,6 +413,7 @@ class Store:
 
     def _dispatch(self, entry: Entry) -> None:
         self.stats.dispatched += 1
+        entry.ticket = self.budget.enqueue(entry.arg_bytes)
         self.trace.add("bet" if entry.origin == "tail" else "launch", tool=entry.tool.name,
                        occurrence=entry.occurrence, args=list(entry.args))
         self._tg.start_soon(self._run_speculation, entry,
@@ -392,6 +430,8 @@ class Store:
             self.trace.add("evict", tool=entry.tool.name, occurrence=entry.occurrence,
                            state=entry.state.value)
         entry.scope.cancel()
+        if entry.ticket is not None and not entry.ticket.admitted:
+            self.budget.release(entry.ticket)
         entry.state = EntryState.EVICTED
 
     async def _run_speculation(self, entry: Entry) -> None:
@@ -399,8 +439,8 @@ class Store:
         started = False
         try:
             with entry.scope:
-                await self.budget.acquire(entry.arg_bytes)
                 try:
+                    await self.budget.wait(entry.ticket)
                     if entry.promoted:  # the real call took it over before it started
                         return
                     started = True
@@ -417,7 +457,7 @@ class Store:
                         entry.state = EntryState.DONE
                     entry.done.set()
                 finally:
-                    self.budget.release(entry.arg_bytes)
+                    self.budget.release(entry.ticket)
         finally:
             if not entry.finished and not entry.promoted:
                 entry.state = EntryState.EVICTED
