@@ -10,12 +10,18 @@ latest open tail, the end of input) and runs them one at a time in one task:
   ``peek_tail`` are reconciled with the store's floating bets (launch new ones,
   withdraw those no longer present). Tails are peeked only after every earlier
   statement has been shadow-run, so adoption happens before withdrawal.
+* the interpreter is CPU-bound Python bounded by its ``Limits`` (seconds per
+  statement): every step (construction, each generator step, ``peek_tail``) runs in
+  a worker thread so the event loop keeps serving the stream and the real run.
+  ``launch`` calls made from that thread hop back to the loop
+  (``anyio.from_thread.run_sync``), where the store lives.
 * the shadow is best effort: if the interpreter itself fails, the driver stops
   shadowing for the rest of the turn (a missed speed-up, never a wrong result).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Mapping
 
@@ -34,6 +40,32 @@ def tool_infos(tools: Mapping[str, Any]) -> dict[str, Any]:
     from .shadow import ToolInfo
     return {name: ToolInfo(name=t.name, speculate=t.speculate, signature=t.signature)
             for name, t in tools.items()}
+
+
+class _LoopHost:
+    """The ``ShadowHost`` the interpreter sees from its worker thread."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def launch(self, tool_name: str, args: tuple, kwargs: dict, *, origin: str = "statement"):
+        try:
+            return anyio.from_thread.run_sync(
+                functools.partial(self._store.launch, tool_name, args, kwargs, origin=origin))
+        except Exception:  # the turn is over (loop gone, store closed): decline
+            return None
+
+
+def _step(gen: Any, value: Any) -> Any:
+    """One generator step; StopIteration must not cross a thread/coroutine boundary."""
+    try:
+        return gen.send(value)
+    except StopIteration:
+        return _END
+
+
+def _in_thread(fn: Any, *args: Any) -> Any:
+    return anyio.to_thread.run_sync(functools.partial(fn, *args), abandon_on_cancel=True)
 
 
 class ShadowDriver:
@@ -69,8 +101,9 @@ class ShadowDriver:
         from .shadow import Outcome, ShadowInterpreter, WaitFor
         kwargs = {} if self.limits is None else {"limits": self.limits}
         try:
-            interp = ShadowInterpreter(self.namespace, tool_infos(self.tools), self.store,
-                                       **kwargs)
+            interp = await _in_thread(functools.partial(
+                ShadowInterpreter, self.namespace, tool_infos(self.tools), _LoopHost(self.store),
+                **kwargs))
         except Exception as exc:
             self.trace.add("shadow_error", where="init", error=repr(exc))
             return
@@ -86,7 +119,7 @@ class ShadowDriver:
                         if kind == "statement":
                             await self._statement(interp, text, WaitFor, Outcome)
                         elif self._recv.statistics().current_buffer_used == 0:
-                            self._tail(interp, text)
+                            await self._tail(interp, text)
                     except Exception as exc:  # the interpreter broke: stop shadowing
                         self.failed = True
                         self.trace.add("shadow_error", where=kind, error=repr(exc))
@@ -95,28 +128,23 @@ class ShadowDriver:
             self.store.withdraw_bets()
 
     async def _statement(self, interp: Any, source: str, WaitFor: Any, Outcome: Any) -> None:
-        gen = interp.run_statement(source)
-        try:
-            request = gen.send(None)
-            while True:
-                if isinstance(request, WaitFor):
-                    got = await self.store.outcome(request.handle)
-                    request = gen.send(Outcome(value=got.value, error=got.error))
-                else:
-                    request = gen.send(None)
-        except StopIteration:
-            pass
-        finally:
-            gen.close()
+        gen = interp.run_statement(source)   # a generator: creating it runs nothing
+        request = await _in_thread(_step, gen, None)
+        while request is not _END:
+            if isinstance(request, WaitFor):
+                got = await self.store.outcome(request.handle)
+                request = await _in_thread(_step, gen, Outcome(value=got.value, error=got.error))
+            else:
+                request = await _in_thread(_step, gen, None)
         self.statements_run += 1
         self.trace.add("shadow_statement", n=self.statements_run)
 
-    def _tail(self, interp: Any, tail: str) -> None:
+    async def _tail(self, interp: Any, tail: str) -> None:
         if not tail.strip():
             self.store.withdraw_bets()
             return
         wanted = []
-        for bet in interp.peek_tail(tail):
+        for bet in await _in_thread(interp.peek_tail, tail):
             name = getattr(bet, "tool_name", None) or getattr(bet, "tool", None)
             wanted.append((name, tuple(getattr(bet, "args", ())),
                            dict(getattr(bet, "kwargs", {}) or {})))

@@ -125,20 +125,21 @@ class Runtime:
         """Run one complete cell given as a string (a one-chunk stream)."""
         fence = "`" * max(3, _longest_backtick_run(source) + 1)
         text = f"{fence}{self.languages[0]}\n{source}\n{fence}\n"
-
-        async def one_chunk():
-            yield text
-        return await self.run(one_chunk())
+        return await self._run([text], exact_source=source)
 
     async def run(self, stream: AsyncIterable[str | bytes] | Iterable[str | bytes]) -> TurnResult:
         """Consume one model message and run its cells; see the module docstring."""
+        return await self._run(stream)
+
+    async def _run(self, stream: Any, exact_source: str | None = None) -> TurnResult:
         if self._closed:
             raise RuntimeClosedError("runtime is closed")
         if self._lock is None:
             self._lock = anyio.Lock()
         async with self._lock:  # turns of one runtime share a namespace: one at a time
             self._turns += 1
-            return await _Turn(self, f"r{self._id}t{self._turns}").run(stream)
+            turn = _Turn(self, f"r{self._id}t{self._turns}", exact_source)
+            return await turn.run(stream)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -155,8 +156,9 @@ class Runtime:
 class _Turn:
     """One turn: stream consumption, shadow, real execution, cleanup."""
 
-    def __init__(self, runtime: Runtime, turn_id: str) -> None:
+    def __init__(self, runtime: Runtime, turn_id: str, exact_source: str | None = None) -> None:
         self.rt = runtime
+        self.exact_source = exact_source
         self.turn_id = turn_id
         self.trace = Trace()
         self.stats = TurnStats()
@@ -187,6 +189,10 @@ class _Turn:
                 await self._consume(stream, segmenter)
             except Exception as exc:
                 stream_error = exc
+            if self.exact_source is not None and stream_error is None:
+                # run_cell: the real run executes exactly the given source
+                statements = [st for _, sts in self.cells for st in sts]
+                self.cells = [(_ExactCell(self.exact_source), statements)]
             self.stats.t_stream = self.trace.now()
             self.trace.add("stream_end", error=None if stream_error is None else repr(stream_error))
             if rt.mode == "spec":
@@ -273,6 +279,12 @@ class _Turn:
             if outcome.error is not None:
                 stopped = True
         return results
+
+
+@dataclass(frozen=True)
+class _ExactCell:
+    source: str
+    complete: bool = True
 
 
 def _snapshot(variables: dict[str, Any]) -> dict[str, Any]:
