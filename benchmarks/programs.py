@@ -1,0 +1,267 @@
+"""RLM-style programs that the **simulated** root model writes, one shape at a time.
+
+Each shape is modelled on real RLM trajectories over OOLONG windows:
+
+* ``loop_blocking``: an exploration turn (``print(len(context))``, peek at lines), then
+  a chunk-and-classify loop of blocking ``llm_query`` calls over batches of
+  ``context.split("\\n")``, aggregation in plain Python, ``FINAL(...)``.
+* ``batched``: exploration, prompts built in a list comprehension, one
+  ``llm_query_batched`` call, aggregation, the answer dict marked ready.
+* ``helper_loop``: a helper function that wraps ``llm_query`` is defined and then
+  called in a loop; the aggregation is a separate pure-Python turn; ``FINAL_VAR``.
+* ``judge``: per chunk a classify call, then a judge call that checks those labels and
+  so depends on the earlier result; aggregation; ``FINAL`` written as plain text.
+* ``nonspec_dep``: every sub-call's prompt embeds the result of a non-speculatable
+  tool (``labelling_guide()``), so nothing can start before the real cell runs it.
+* ``pure_python``: questions answerable without labels (user / date counts): an
+  exploration turn and a pure-Python aggregation turn, no sub-calls at all.
+
+Besides the message texts, a ``Program`` lists per turn the calls its cell makes, in
+execution order, each with the character offset in the message at which its
+arguments are fully known (the end of the call expression whose arguments determine
+it) and the earlier calls whose results its arguments depend on. The runner uses that
+to compute the oracle bound (see ``benchmarks.oracle``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+from .oolong.generator import Question, Window
+
+SHAPES = ("loop_blocking", "batched", "helper_loop", "judge", "nonspec_dep", "pure_python")
+LABEL_SHAPES = SHAPES[:-1]
+GUIDE_TOOL_S = 1.0  # simulated latency of the non-speculatable ``labelling_guide()`` tool
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    kind: str  # "sub" (llm_query / one element of llm_query_batched) | "tool"
+    offset: int  # characters of the message after which the arguments are known
+    deps: tuple[int, ...] = ()  # indices (in this turn's call list) it depends on
+    work: float | None = None  # fixed simulated latency for "tool" calls
+
+
+@dataclass
+class Program:
+    shape: str
+    turns: list[str]
+    calls: list[list[CallSpec]] = field(default_factory=list)
+
+
+def _prompt_const(window: Window) -> str:
+    labels = list(window.labels)
+    return (f'PROMPT = ("Label each line below with exactly one of these labels: {labels}. "\n'
+            f'          "Reply with one label per line, in the same order.\\n")\n')
+
+
+_EXPLORE = (
+    "The context is too long to read at once. Let me first look at its size and the "
+    "format of the lines, then decide how to split it.\n"
+    "```repl\n"
+    "print(len(context))\n"
+    'lines = context.split("\\n")\n'
+    "print(len(lines))\n"
+    "for line in lines[:3]:\n"
+    "    print(line[:200])\n"
+    "print(lines[-1][:200])\n"
+    "```"
+)
+
+_RECORDS = (
+    "records = []\n"
+    "for line, lab in zip(data, labels):\n"
+    '    d, u, _ = line.split(" || ")\n'
+    "    records.append((d[6:], int(u[6:]), lab.strip()))\n"
+)
+
+
+def aggregation(q: Question, labels: tuple[str, ...]) -> str:
+    """Plain-Python code that computes ``result`` (the final answer text) from
+    ``records`` = [(date string, user id, label)] or, for label-free tasks, ``data``."""
+    p = q.params
+    head = f"MONTHS = {list(MONTHS)}\n"
+    count = ("counts = {lab: 0 for lab in " + repr(list(labels)) + "}\n"
+             "for _, _, lab in records:\n"
+             "    counts[lab] = counts.get(lab, 0) + 1\n")
+    t = q.task
+    if t == "most_common_label":
+        return count + 'result = "Label: " + max(counts, key=counts.get)\n'
+    if t == "least_common_label":
+        return count + 'result = "Label: " + min(counts, key=counts.get)\n'
+    if t == "label_count":
+        return count + f'result = "Answer: " + str(counts[{p["label"]!r}])\n'
+    if t == "compare_labels":
+        return count + (
+            f'ca, cb = counts[{p["a"]!r}], counts[{p["b"]!r}]\n'
+            'rel = "more common than" if ca > cb else ("less common than" if ca < cb else "same frequency as")\n'
+            f'result = "Answer: {p["a"]} is " + rel + " {p["b"]}"\n')
+    if t in ("user_most_label", "subset_user_most_label"):
+        init = "{u: 0 for u in " + repr(p["users"]) + "}" if "users" in p else "{}"
+        cond = " and u in per_user" if "users" in p else ""
+        return (f"per_user = {init}\n"
+                "for _, u, lab in records:\n"
+                f"    if lab == {p['label']!r}{cond}:\n"
+                "        per_user[u] = per_user.get(u, 0) + 1\n"
+                'result = "User: " + str(max(per_user, key=per_user.get))\n')
+    if t == "month_label_count":
+        year, month = int(p["month"][:4]), int(p["month"][5:7])
+        return (f"mon, year = {MONTHS[month - 1]!r}, {str(year)!r}\n"
+                f"n = sum(1 for d, _, lab in records if lab == {p['label']!r} and d[:3] == mon and d[-4:] == year)\n"
+                'result = "Answer: " + str(n)\n')
+    if t == "before_date_count":
+        y, m, d = p["before"].split("-")
+        return head + (
+            "def day_key(d):\n"
+            "    return (int(d[-4:]), MONTHS.index(d[:3]) + 1, int(d[4:6]))\n"
+            f"cut = ({int(y)}, {int(m)}, {int(d)})\n"
+            f"n = sum(1 for d, _, lab in records if lab == {p['label']!r} and day_key(d) < cut)\n"
+            'result = "Answer: " + str(n)\n')
+    if t == "first_month_beats":
+        return head + (
+            "per_month = {}\n"
+            "for d, _, lab in records:\n"
+            "    c = per_month.setdefault((int(d[-4:]), MONTHS.index(d[:3]) + 1), {})\n"
+            "    c[lab] = c.get(lab, 0) + 1\n"
+            f"firsts = [m for m in sorted(per_month) if per_month[m].get({p['x']!r}, 0) > per_month[m].get({p['y']!r}, 0)]\n"
+            'result = "Date: %d-%02d-01" % firsts[0] if firsts else "Date: none"\n')
+    if t == "pairs_both_label":
+        return (f"users = {p['users']!r}\n"
+                f"have = set(u for _, u, lab in records if lab == {p['label']!r})\n"
+                "pairs = [(a, b) for a in users for b in users if a < b and a in have and b in have]\n"
+                'result = ", ".join("(%d, %d)" % ab for ab in pairs)\n')
+    if t in ("most_represented_user", "second_most_represented_user"):
+        rank = 0 if t == "most_represented_user" else 1
+        return ("users = {}\n"
+                "for line in data:\n"
+                '    u = int(line.split(" || ")[1][6:])\n'
+                "    users[u] = users.get(u, 0) + 1\n"
+                "ranked = sorted(users, key=users.get, reverse=True)\n"
+                f'result = "User: " + str(ranked[{rank}])\n')
+    if t == "date_exactly_n":
+        return head + ("dates = {}\n"
+                       "for line in data:\n"
+                       '    d = line.split(" || ")[0][6:]\n'
+                       "    dates[d] = dates.get(d, 0) + 1\n"
+                       f"hits = [d for d in dates if dates[d] == {p['n']}]\n"
+                       'result = "Date: %s-%02d-%s" % (hits[0][-4:], MONTHS.index(hits[0][:3]) + 1, hits[0][4:6]) if hits else "Date: none"\n')
+    raise ValueError(f"no aggregation for task {t!r}")
+
+
+def _cell(prose: str, code: str, after: str = "") -> str:
+    return f"{prose}\n```repl\n{code}```{after}"
+
+
+def _offset_after(message: str, marker: str) -> int:
+    k = message.index(marker)
+    return k + len(marker)
+
+
+def build_program(window: Window, question: Question, shape: str, seed: int = 0) -> Program:
+    """The turns a simulated RLM root model writes for ``question`` in ``shape``."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; choose from {SHAPES}")
+    if shape != "pure_python" and not question.needs_labels:
+        raise ValueError(f"task {question.task!r} needs no labels; use shape 'pure_python'")
+    rng = random.Random(f"program:{question.qid}:{shape}:{seed}")
+    n = len(window.instances)
+    n_chunks = rng.randint(6, 10)
+    chunk = max(1, math.ceil(n / n_chunks))
+    n_calls = math.ceil(n / chunk)
+    agg = aggregation(question, window.labels)
+    data = 'data = [l for l in lines if " || Instance: " in l]\n'
+    plan = (f"There are {n} instance lines between a header and a footer. I will label them "
+            f"in chunks of {chunk} lines with the sub-model, then count in Python.")
+    turns = [_EXPLORE]
+    calls: list[list[CallSpec]] = [[]]
+
+    if shape == "pure_python":
+        turns.append(_cell(
+            "This question only needs the user ids and dates, which I can parse directly "
+            "without labelling anything.", data + agg + "FINAL(result)\n"))
+        calls.append([])
+    elif shape == "loop_blocking":
+        site = "llm_query(PROMPT + chunk)"
+        msg = _cell(plan, data + _prompt_const(window) + (
+            "labels = []\n"
+            f"for i in range(0, len(data), {chunk}):\n"
+            f'    chunk = "\\n".join(data[i:i + {chunk}])\n'
+            f"    out = {site}\n"
+            '    labels += out.strip().split("\\n")\n'
+            'print(len(labels), "labels for", len(data), "lines")\n')
+            + _RECORDS + agg + "print(result)\nFINAL(result)\n")
+        off = _offset_after(msg, site)
+        turns.append(msg)
+        calls.append([CallSpec("sub", off) for _ in range(n_calls)])
+    elif shape == "batched":
+        site = "llm_query_batched(prompts)"
+        msg = _cell(plan + " The chunks are independent, so I query them in one batch.",
+                    data + _prompt_const(window) + (
+                        f'prompts = [PROMPT + "\\n".join(data[i:i + {chunk}]) for i in range(0, len(data), {chunk})]\n'
+                        f"outs = {site}\n"
+                        "labels = []\n"
+                        "for out in outs:\n"
+                        '    labels += out.strip().split("\\n")\n')
+                    + _RECORDS + agg + 'answer = {"content": result, "ready": True}\n')
+        off = _offset_after(msg, site)
+        turns.append(msg)
+        calls.append([CallSpec("sub", off) for _ in range(n_calls)])
+    elif shape == "helper_loop":
+        site = f"classify(data[i:i + {chunk}])"
+        msg = _cell(plan + " A small helper keeps the parsing in one place.",
+                    data + _prompt_const(window) + (
+                        "def classify(rows):\n"
+                        '    out = llm_query(PROMPT + "\\n".join(rows))\n'
+                        '    return [x.strip() for x in out.strip().split("\\n")]\n'
+                        "labels = []\n"
+                        f"for i in range(0, len(data), {chunk}):\n"
+                        f"    labels += {site}\n"
+                        'print(len(labels), "labels;", labels[:5])\n'))
+        off = _offset_after(msg, site)
+        turns.append(msg)
+        calls.append([CallSpec("sub", off) for _ in range(n_calls)])
+        turns.append(_cell("The labels look consistent. Now I aggregate them in Python.",
+                           _RECORDS + agg + "print(result)\n", after="\nFINAL_VAR(result)"))
+        calls.append([])
+    elif shape == "judge":
+        site1 = "llm_query(PROMPT + chunk)"
+        site2 = 'llm_query(CHECK + "\\n".join(r + " => " + x for r, x in zip(rows, first)))'
+        msg = _cell(plan + " Each chunk's labels get a second check before I trust them.",
+                    data + _prompt_const(window) + (
+                        'CHECK = "Check each proposed label and reply with the corrected label per line, in order.\\n"\n'
+                        "labels = []\n"
+                        f"for i in range(0, len(data), {chunk}):\n"
+                        f"    rows = data[i:i + {chunk}]\n"
+                        '    chunk = "\\n".join(rows)\n'
+                        f'    first = {site1}.strip().split("\\n")\n'
+                        f"    checked = {site2}\n"
+                        '    labels += checked.strip().split("\\n")\n')
+                    + _RECORDS + agg, after="\nFINAL_VAR(result)")
+        off1, off2 = _offset_after(msg, site1), _offset_after(msg, site2)
+        specs = []
+        for _ in range(n_calls):
+            specs.append(CallSpec("sub", off1))
+            specs.append(CallSpec("sub", off2, deps=(len(specs) - 1,)))
+        turns.append(msg)
+        calls.append(specs)
+    elif shape == "nonspec_dep":
+        tool_site = "labelling_guide()"
+        site = "llm_query(guide + PROMPT + chunk)"
+        msg = _cell(plan + " The labelling guide from the tool goes into every prompt.",
+                    data + _prompt_const(window) + (
+                        f"guide = {tool_site}\n"
+                        "labels = []\n"
+                        f"for i in range(0, len(data), {chunk}):\n"
+                        f'    chunk = "\\n".join(data[i:i + {chunk}])\n'
+                        f"    out = {site}\n"
+                        '    labels += out.strip().split("\\n")\n')
+                    + _RECORDS + agg + "FINAL(result)\n")
+        specs = [CallSpec("tool", _offset_after(msg, tool_site), work=GUIDE_TOOL_S)]
+        off = _offset_after(msg, site)
+        specs += [CallSpec("sub", off, deps=(0,)) for _ in range(n_calls)]
+        turns.append(msg)
+        calls.append(specs)
+    return Program(shape, turns, calls)

@@ -1,0 +1,124 @@
+"""The ``spectool`` command line.
+
+    spectool bench oolong [--out DIR] [--modes baseline lazy spec] [--concurrency 1 4]
+                          [--repeats N] [--seed S ...] [--context-tokens 8192 ...]
+                          [--decoding vanilla speculative] [--shapes ...]
+                          [--root-model LITELLM_MODEL] [--sub-model LITELLM_MODEL]
+                          [--time-scale X] [--no-plots] [--no-progress]
+
+Without model strings the benchmark runs on the embedded **simulated** models
+(``benchmarks.simulated``) and reports simulated seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def _context_tokens(text: str) -> int:
+    t = text.strip().upper()
+    mult = 1024 if t.endswith("K") else 1
+    try:
+        value = int(t[:-1] if mult > 1 else t) * mult
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a token count: {text!r} (e.g. 8192 or 8K)") from None
+    if not 1024 <= value <= 131072:
+        raise argparse.ArgumentTypeError(f"context tokens must be within 1K..128K, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from benchmarks.programs import SHAPES
+    from benchmarks.runner import DECODINGS, MODES
+
+    parser = argparse.ArgumentParser(prog="spectool", description="spectool command line")
+    sub = parser.add_subparsers(dest="command", required=True)
+    bench = sub.add_parser("bench", help="run a benchmark")
+    which = bench.add_subparsers(dest="benchmark", required=True)
+    oo = which.add_parser(
+        "oolong", help="OOLONG-style long-context benchmark (simulated models by default)",
+        description="Run the OOLONG-style benchmark in baseline / lazy / spec modes and "
+                    "write a table, JSON and PNG plots. Without --root-model/--sub-model the "
+                    "models are SIMULATED.")
+    oo.add_argument("--out", type=Path, default=Path("out/oolong"), help="output folder")
+    oo.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    oo.add_argument("--concurrency", nargs="+", type=_positive_int, default=[1, 4],
+                    help="episodes in flight sharing the server (e.g. 1 4 8)")
+    oo.add_argument("--repeats", type=_positive_int, default=1)
+    oo.add_argument("--seed", nargs="+", type=int, default=[0], help="one or more seeds")
+    oo.add_argument("--context-tokens", nargs="+", type=_context_tokens, default=[8192],
+                    help="window sizes, e.g. 4K 8192 32K (1K..128K)")
+    oo.add_argument("--decoding", nargs="+", choices=DECODINGS, default=list(DECODINGS),
+                    help="simulated root decoding: vanilla and/or token-level speculative")
+    oo.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
+    oo.add_argument("--dataset", default="trec_coarse", choices=["trec_coarse", "imdb"])
+    oo.add_argument("--accuracy", type=float, default=0.95,
+                    help="simulated sub-model: probability each label is right")
+    oo.add_argument("--root-model", default=None, help="litellm model string for the root model")
+    oo.add_argument("--sub-model", default=None, help="litellm model string for the sub-model")
+    oo.add_argument("--time-scale", type=_positive_float, default=None,
+                    help="real seconds per simulated second (default 0.1; 1.0 with real models)")
+    oo.add_argument("--max-turns", type=_positive_int, default=6)
+    oo.add_argument("--no-plots", action="store_true")
+    oo.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "bench" and args.benchmark == "oolong":
+        from benchmarks.runner import BenchConfig, main_bench
+
+        if not 0.0 <= args.accuracy <= 1.0:
+            parser.error(f"--accuracy must be within 0..1, got {args.accuracy}")
+        real = args.root_model is not None or args.sub_model is not None
+        cfg = BenchConfig(
+            out=args.out, modes=tuple(dict.fromkeys(args.modes)),
+            concurrency=tuple(dict.fromkeys(args.concurrency)), repeats=args.repeats,
+            seeds=tuple(dict.fromkeys(args.seed)),
+            context_tokens=tuple(dict.fromkeys(args.context_tokens)),
+            decoding=tuple(dict.fromkeys(args.decoding)), dataset=args.dataset,
+            shapes=tuple(dict.fromkeys(args.shapes)), accuracy=args.accuracy,
+            time_scale=args.time_scale or (1.0 if real else 0.1),
+            root_model=args.root_model, sub_model=args.sub_model, max_turns=args.max_turns,
+            progress=not args.no_progress, plots=not args.no_plots)
+        try:
+            cfg.validate()
+        except ValueError as exc:
+            parser.error(str(exc))
+        report = main_bench(cfg)
+        print(report["table"])
+        print(f"\nwrote {Path(cfg.out) / 'oolong.json'}"
+              + "".join(f"\nwrote {p}" for p in report.get("plots", [])))
+        return 0
+    parser.error("unknown command")  # pragma: no cover
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
