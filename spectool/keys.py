@@ -1,0 +1,106 @@
+"""Canonical argument keys: the identity of a tool call in the speculation store.
+
+A key is JSON of a tagged tree built from plain immutable data only: None, bool, int,
+float, str, tuple, list and dict with str keys, checked by exact type (subclasses are
+not plain). Nothing is ever hashed or compared through a user object: anything else
+gives ``None`` (the call is not speculatable). Lists and tuples, ints, floats and
+bools get distinct keys (``f([1])`` and ``f((1,))`` are different calls; so are ``f(1)``,
+``f(1.0)`` and ``f(True)``). Dict keys are sorted; keyword arguments are sorted by name.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+
+__all__ = ["canonical", "call_key", "plain_snapshot", "MAX_DEPTH"]
+
+MAX_DEPTH = 64
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _tree(value: object, depth: int) -> object:
+    t = type(value)
+    if t is str or t is bool or t is int or value is None:
+        return value
+    if t is float:
+        if math.isfinite(value) and value != 0.0:  # type: ignore[arg-type]
+            return ["f", value]
+        return ["f", repr(value)]  # nan, inf, -0.0 stay distinct
+    if depth >= MAX_DEPTH:
+        raise _NotPlain
+    if t is list or t is tuple:
+        return ["l" if t is list else "t", *[_tree(v, depth + 1) for v in value]]  # type: ignore[attr-defined]
+    if t is dict:
+        items = []
+        for k, v in value.items():  # type: ignore[attr-defined]
+            if type(k) is not str:
+                raise _NotPlain
+            items.append([k, _tree(v, depth + 1)])
+        items.sort(key=lambda kv: kv[0])
+        return ["d", *items]
+    raise _NotPlain
+
+
+def canonical(value: object) -> str | None:
+    """Canonical JSON of one plain value, or None if it is not plain data."""
+    try:
+        return json.dumps(_tree(value, 0), ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False)
+    except (_NotPlain, RecursionError, ValueError):
+        return None
+
+
+def call_key(args: tuple, kwargs: dict, signature: inspect.Signature | None = None) -> str | None:
+    """Key of one call. With a signature, arguments are bound by name first (defaults
+    applied), so ``f("x")`` and ``f(prompt="x")`` share a key; a binding error gives None."""
+    if type(args) is not tuple or type(kwargs) is not dict:
+        return None
+    if signature is not None:
+        try:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+        except TypeError:
+            return None
+        named: dict[str, object] = {}
+        for name, value in bound.arguments.items():
+            kind = signature.parameters[name].kind
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                if type(value) is not dict:
+                    return None
+                for k, v in value.items():
+                    named["**" + k] = v
+            else:
+                named[name] = list(value) if kind is inspect.Parameter.VAR_POSITIONAL else value
+        return canonical({"kwargs": named})
+    if any(type(k) is not str for k in kwargs):
+        return None
+    return canonical({"args": list(args), "kwargs": kwargs})
+
+
+def plain_snapshot(value: object, depth: int = 0) -> object:
+    """A deep copy of plain data (lists/dicts copied, immutables shared).
+
+    Raises ValueError if the value is not plain data.
+    """
+    t = type(value)
+    if t is str or t is bool or t is int or t is float or value is None:
+        return value
+    if depth >= MAX_DEPTH:
+        raise ValueError("too deeply nested")
+    if t is list:
+        return [plain_snapshot(v, depth + 1) for v in value]  # type: ignore[attr-defined]
+    if t is tuple:
+        return tuple(plain_snapshot(v, depth + 1) for v in value)  # type: ignore[attr-defined]
+    if t is dict:
+        out = {}
+        for k, v in value.items():  # type: ignore[attr-defined]
+            if type(k) is not str:
+                raise ValueError("dict key is not a str")
+            out[k] = plain_snapshot(v, depth + 1)
+        return out
+    raise ValueError(f"not plain data: {t.__name__}")

@@ -1,0 +1,400 @@
+"""Segmenter: text deltas of one model message -> code cells, closed statements, open tail.
+
+Pure (no I/O imports). The segmenter buffers only the current physical line; each
+complete line is lexed once (string / bracket / continuation state is carried from
+line to line), and a top-level statement is parsed once, when it closes. Total cost is
+linear in the message length however the deltas are split.
+
+A cell starts at a line ```` ```repl ```` or ```` ```python ```` (any indentation; the
+indentation of the fence is removed from the cell's lines) and ends at a line of three
+or more backticks that is not inside a string literal of the cell. Fenced blocks of
+other languages are skipped whole. Everything else is prose.
+
+Statements: a top-level simple statement closes at the end of its logical line; a
+compound statement (``if``/``for``/``def``/...) closes when the next line at the cell's
+top indentation arrives that does not continue it (``else``/``elif``/``except``/
+``finally``; a ``def``/``class`` after decorators), or when the cell closes. Once a
+closed statement fails to parse, the cell is broken: no further statements of that
+cell are reported (the real executor will not run a cell that does not parse).
+
+``TailChanged`` is reported after a delta when the open remainder of the cell gained a
+line end or a closing parenthesis, or was reset by a closing statement: those are the
+only moments the tail can hold a newly complete call.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "Segmenter",
+    "SegmentEvent",
+    "CellOpened",
+    "StatementClosed",
+    "TailChanged",
+    "CellClosed",
+    "LineLexer",
+]
+
+
+@dataclass(frozen=True)
+class CellOpened:
+    cell: int
+    language: str
+
+
+@dataclass(frozen=True)
+class StatementClosed:
+    cell: int
+    index: int
+    source: str  # dedented source of one complete top-level statement (ends with "\n")
+    lineno: int  # 1-based line of the statement's first line within the cell
+
+
+@dataclass(frozen=True)
+class TailChanged:
+    cell: int
+    tail: str
+
+
+@dataclass(frozen=True)
+class CellClosed:
+    cell: int
+    source: str
+    complete: bool
+
+
+SegmentEvent = CellOpened | StatementClosed | TailChanged | CellClosed
+
+_OPEN_FENCE = re.compile(r"^([ \t]*)(`{3,})[ \t]*([A-Za-z0-9_+.-]*)[^`]*$")
+_CLOSE_FENCE = re.compile(r"^[ \t]*`{3,}[ \t]*$")
+_FIRST_WORD = re.compile(r"[ \t]*([A-Za-z_][A-Za-z0-9_]*|@)")
+_COMPOUND = frozenset({"if", "for", "while", "try", "with", "def", "class", "async", "@"})
+_CONTINUATION = frozenset({"else", "elif", "except", "finally"})
+_DEFINITION = frozenset({"def", "class", "async", "@"})
+# the next character of interest on a line outside a string literal
+_CODE_SCAN = re.compile(r"""[#'"()\[\]{}\\]""")
+_QUOTE_AT = re.compile(r"""'''|\"\"\"|'|\"""")
+
+
+class LineLexer:
+    """Carries Python's lexical state across physical lines.
+
+    ``feed_line(line)`` lexes one physical line (without its newline) and returns
+    True when a logical line ends after it (not inside brackets, a string, or a
+    backslash continuation).
+    """
+
+    __slots__ = ("depth", "quote", "continued")
+
+    def __init__(self) -> None:
+        self.depth = 0  # bracket depth
+        self.quote: str | None = None  # open string delimiter: ' " ''' or \"\"\"
+        self.continued = False  # backslash line continuation
+
+    @property
+    def at_logical_start(self) -> bool:
+        return self.depth == 0 and self.quote is None and not self.continued
+
+    def feed_line(self, line: str) -> bool:
+        pos = 0
+        n = len(line)
+        self.continued = False
+        while pos < n:
+            if self.quote is not None:
+                pos = self._skip_string(line, pos)
+                continue
+            m = _CODE_SCAN.search(line, pos)
+            if m is None:
+                break
+            ch = m.group()
+            pos = m.end()
+            if ch == "#":
+                break
+            if ch in "([{":
+                self.depth += 1
+            elif ch in ")]}":
+                if self.depth:
+                    self.depth -= 1
+            elif ch == "\\":
+                if pos >= n:
+                    self.continued = True
+                pos += 1
+            else:  # a quote opens a string
+                q = _QUOTE_AT.match(line, m.start())
+                self.quote = q.group()
+                pos = q.end()
+        if self.quote is not None and len(self.quote) == 1 and not self.continued:
+            # an unterminated one-line string: a syntax error; do not let it swallow
+            # the rest of the cell
+            self.quote = None
+        return self.at_logical_start
+
+    def _skip_string(self, line: str, pos: int) -> int:
+        quote = self.quote
+        n = len(line)
+        while pos < n:
+            i = line.find(quote, pos)
+            b = line.find("\\", pos)
+            if b != -1 and (i == -1 or b < i):
+                if b + 1 >= n:  # backslash-newline inside a string
+                    self.continued = True
+                    return n
+                pos = b + 2
+                continue
+            if i == -1:
+                return n
+            self.quote = None
+            return i + len(quote)
+        return n
+
+
+class _Cell:
+    __slots__ = (
+        "number", "language", "indent", "lines", "lexer", "stmt_lines", "stmt_lineno",
+        "stmt_kind", "broken", "tail_sent", "tail_dirty", "trivia",
+        "statements",
+    )
+
+    def __init__(self, number: int, language: str, indent: str) -> None:
+        self.number = number
+        self.language = language
+        self.indent = indent
+        self.lines: list[str] = []  # dedented complete lines of the cell
+        self.lexer = LineLexer()
+        self.stmt_lines: list[str] = []
+        self.stmt_lineno = 0
+        self.stmt_kind: str | None = None  # None | "simple" | "compound" | "decorated"
+        self.trivia = 0  # trailing blank/comment lines of the open statement
+        self.broken = False
+        self.statements = 0
+        self.tail_sent = ""
+        self.tail_dirty = False
+
+
+def _first_word(line: str) -> str:
+    m = _FIRST_WORD.match(line)
+    return m.group(1) if m else ""
+
+
+class Segmenter:
+    """Incremental splitter of one model message into cells and statements."""
+
+    def __init__(self, languages: tuple[str, ...] = ("repl", "python")) -> None:
+        self._languages = frozenset(lang.lower() for lang in languages)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._partial: list[str] = []  # pieces of the current physical line
+        self._cell: _Cell | None = None
+        self._other_fence: str | None = None  # backticks of a skipped non-code fence
+        self._cells = 0
+        self._closed = False
+
+    # -- public API -----------------------------------------------------------
+
+    def feed(self, delta: str | bytes) -> list[SegmentEvent]:
+        if self._closed:
+            raise RuntimeError("Segmenter.feed after close()")
+        if isinstance(delta, (bytes, bytearray)):
+            text = self._decoder.decode(bytes(delta))
+        else:
+            text = delta
+        if not text:
+            return []
+        if "\r" in text:
+            text = text.replace("\r", "")
+        events: list[SegmentEvent] = []
+        start = 0
+        while True:
+            nl = text.find("\n", start)
+            if nl == -1:
+                break
+            self._partial.append(text[start:nl])
+            line = "".join(self._partial)
+            self._partial.clear()
+            self._line(line, events)
+            start = nl + 1
+        rest = text[start:]
+        if rest:
+            self._partial.append(rest)
+            cell = self._cell
+            if cell is not None and not cell.broken:
+                if ")" in rest:
+                    cell.tail_dirty = True
+                if cell.stmt_lines and cell.stmt_kind != "simple":
+                    self._close_early(cell, events)
+        self._report_tail(events)
+        return events
+
+    def close(self) -> list[SegmentEvent]:
+        """End of message: flush the last line and close an open cell (incomplete)."""
+        if self._closed:
+            return []
+        events: list[SegmentEvent] = []
+        tail_bytes = self._decoder.decode(b"", final=True)
+        if tail_bytes:
+            self._partial.append(tail_bytes.replace("\r", ""))
+        if self._partial:
+            line = "".join(self._partial)
+            self._partial.clear()
+            self._line(line, events, final=True)
+        if self._cell is not None:
+            self._finish_cell(events, complete=False)
+        self._closed = True
+        return events
+
+    # -- lines ----------------------------------------------------------------
+
+    def _line(self, line: str, events: list[SegmentEvent], final: bool = False) -> None:
+        cell = self._cell
+        if cell is None:
+            self._prose_line(line, events)
+            return
+        if cell.lexer.at_logical_start and _CLOSE_FENCE.match(line):
+            self._finish_cell(events, complete=True)
+            return
+        if final and not line.strip():
+            return
+        self._code_line(cell, line, events)
+
+    def _prose_line(self, line: str, events: list[SegmentEvent]) -> None:
+        if self._other_fence is not None:
+            stripped = line.strip()
+            if stripped.startswith(self._other_fence) and not stripped.strip("`"):
+                self._other_fence = None
+            return
+        m = _OPEN_FENCE.match(line)
+        if m is None:
+            return
+        indent, ticks, lang = m.group(1), m.group(2), m.group(3).lower()
+        if lang in self._languages and len(ticks) == 3:
+            self._cells += 1
+            self._cell = _Cell(self._cells, lang, indent)
+            events.append(CellOpened(self._cells, lang))
+        else:
+            self._other_fence = ticks
+
+    def _code_line(self, cell: _Cell, raw: str, events: list[SegmentEvent]) -> None:
+        line = raw[len(cell.indent):] if raw.startswith(cell.indent) else raw.lstrip(" \t")
+        cell.lines.append(line + "\n")
+        lineno = len(cell.lines)
+        if cell.broken:
+            return
+        cell.tail_dirty = True
+        lexer = cell.lexer
+        starts_logical = lexer.at_logical_start
+        if starts_logical:
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                if cell.stmt_lines:  # blank line or comment inside a compound statement
+                    cell.stmt_lines.append(line + "\n")
+                    cell.trivia += 1
+                return
+            top = not line[0].isspace()
+            word = _first_word(line)
+            if cell.stmt_lines:  # a compound (or decorated) statement is open
+                if top:
+                    continues = word in _CONTINUATION or (
+                        cell.stmt_kind == "decorated" and word in _DEFINITION)
+                    if not continues:
+                        self._close_statement(cell, events)
+                        if cell.broken:
+                            return
+                        self._begin_statement(cell, word, lineno)
+                    elif cell.stmt_kind == "decorated" and word != "@":
+                        cell.stmt_kind = "compound"
+            else:
+                if not top:  # indented line with no open block: IndentationError
+                    cell.broken = True
+                    return
+                self._begin_statement(cell, word, lineno)
+        cell.stmt_lines.append(line + "\n")
+        cell.trivia = 0
+        ended = lexer.feed_line(line)
+        if ended and cell.stmt_kind == "maybe_match":
+            # `match x:` opens a block; `match = ...` is a simple statement
+            try:
+                compile("".join(cell.stmt_lines), "<cell>", "exec", 0x400)
+                cell.stmt_kind = "simple"
+            except (SyntaxError, ValueError, MemoryError, RecursionError):
+                cell.stmt_kind = "compound"
+        if ended and cell.stmt_kind == "simple":
+            self._close_statement(cell, events)
+
+    def _close_early(self, cell: _Cell, events: list[SegmentEvent]) -> None:
+        """A compound statement closes as soon as the next top-level line shows a first
+        word that cannot continue it (no need to wait for that line's end)."""
+        if not cell.lexer.at_logical_start:
+            return
+        head = ""
+        for piece in self._partial:
+            head += piece
+            if len(head) > 16:
+                break
+        if head.startswith(cell.indent):
+            head = head[len(cell.indent):]
+        if not head or head[0] in " \t#`":
+            return
+        m = _FIRST_WORD.match(head)
+        if m is None:
+            word = ""  # an operator or literal: not a keyword
+        elif m.end() == len(head):
+            partial_word = m.group(1)
+            keywords = _CONTINUATION | (_DEFINITION if cell.stmt_kind == "decorated" else frozenset())
+            if any(k.startswith(partial_word) for k in keywords):
+                return  # may still grow into else/elif/except/finally (or def/class)
+            word = partial_word
+        else:
+            word = m.group(1)
+        if word in _CONTINUATION or (cell.stmt_kind == "decorated" and word in _DEFINITION):
+            return
+        self._close_statement(cell, events)
+        cell.tail_dirty = True
+
+    def _begin_statement(self, cell: _Cell, word: str, lineno: int) -> None:
+        cell.stmt_lineno = lineno
+        if word == "@":
+            cell.stmt_kind = "decorated"
+        elif word in _COMPOUND:
+            cell.stmt_kind = "compound"
+        elif word == "match":
+            cell.stmt_kind = "maybe_match"
+        else:
+            cell.stmt_kind = "simple"
+
+    def _close_statement(self, cell: _Cell, events: list[SegmentEvent]) -> None:
+        lines = cell.stmt_lines
+        if cell.trivia:
+            lines = lines[:len(lines) - cell.trivia]
+        source = "".join(lines)
+        lineno = cell.stmt_lineno
+        cell.stmt_lines = []
+        cell.trivia = 0
+        cell.stmt_kind = None
+        try:
+            compile(source, "<cell>", "exec", 0x400)  # ast.PyCF_ONLY_AST: parse only
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            cell.broken = True
+            return
+        events.append(StatementClosed(cell.number, cell.statements, source, lineno))
+        cell.statements += 1
+
+    def _finish_cell(self, events: list[SegmentEvent], complete: bool) -> None:
+        cell = self._cell
+        assert cell is not None
+        if cell.stmt_lines and not cell.broken:
+            if cell.lexer.at_logical_start or not complete:
+                self._close_statement(cell, events)
+        self._cell = None
+        events.append(CellClosed(cell.number, "".join(cell.lines), complete))
+
+    def _report_tail(self, events: list[SegmentEvent]) -> None:
+        cell = self._cell
+        if cell is None or cell.broken or not cell.tail_dirty:
+            return
+        cell.tail_dirty = False
+        tail = "".join(cell.stmt_lines) + "".join(self._partial)
+        if tail != cell.tail_sent:
+            cell.tail_sent = tail
+            events.append(TailChanged(cell.number, tail))

@@ -1,0 +1,101 @@
+"""Copying caller data into the shadow: plain data only, never through user code.
+
+Types are checked exactly (``type(x) is str``, not ``isinstance``), so a subclass with
+its own ``__eq__``/``__hash__``/``__deepcopy__`` is never touched: it becomes
+``Unknown``. Containers are copied (the shadow mutates its copies freely); aliasing
+inside one copy session is preserved through a memo keyed by ``id``.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import re
+
+from .limits import LimitExceeded
+from .values import Pending, Unknown
+
+__all__ = ["PlainCopier", "IMMUTABLE_TYPES", "MUTABLE_TYPES"]
+
+IMMUTABLE_TYPES: frozenset[type] = frozenset({
+    type(None), bool, int, float, complex, str, bytes, range, slice,
+    datetime.date, datetime.datetime, datetime.timedelta, datetime.time,
+    re.Pattern, re.Match,
+})
+MUTABLE_TYPES: frozenset[type] = frozenset({
+    list, dict, set, frozenset, tuple, bytearray,
+    collections.Counter, collections.OrderedDict, collections.defaultdict, collections.deque,
+})
+_FACTORIES = frozenset({list, dict, set, int, float, str, tuple, collections.Counter})
+
+
+class PlainCopier:
+    """Copies plain data, counting elements against a budget; anything else -> Unknown."""
+
+    def __init__(self, max_items: int) -> None:
+        self.max_items = max_items
+        self.items = 0
+        self.memo: dict[int, object] = {}
+        self._keep: list[object] = []  # keeps memo ids valid
+
+    def copy(self, value: object) -> object:
+        t = type(value)
+        if t in IMMUTABLE_TYPES:
+            if t is re.Match:
+                return Unknown("match object from outside")  # holds its subject; rare
+            return value
+        if t is Pending or t is Unknown:
+            return value
+        if t not in MUTABLE_TYPES:
+            return Unknown(f"not plain data: {t.__name__}")
+        key = id(value)
+        if key in self.memo:
+            return self.memo[key]
+        self._keep.append(value)
+        self.items += len(value)
+        if self.items > self.max_items:
+            raise LimitExceeded("namespace copy too large")
+        if t is list:
+            out: object = []
+            self.memo[key] = out
+            out.extend(self.copy(v) for v in value)  # type: ignore[attr-defined]
+            return out
+        if t is tuple:
+            out = tuple(self.copy(v) for v in value)
+            self.memo[key] = out
+            return out
+        if t is collections.deque:
+            out = collections.deque(maxlen=value.maxlen)  # type: ignore[attr-defined]
+            self.memo[key] = out
+            out.extend(self.copy(v) for v in value)
+            return out
+        if t is bytearray:
+            out = bytearray(value)  # type: ignore[arg-type]
+            self.memo[key] = out
+            return out
+        if t in (set, frozenset):
+            items = []
+            for v in value:  # type: ignore[attr-defined]
+                c = self.copy(v)
+                if type(c) not in IMMUTABLE_TYPES and type(c) is not tuple:
+                    return Unknown("set of non-plain data")
+                items.append(c)
+            out = t(items)
+            self.memo[key] = out
+            return out
+        # dict-like
+        if t is collections.defaultdict:
+            factory = value.default_factory  # type: ignore[attr-defined]
+            if factory is not None and factory not in _FACTORIES:
+                return Unknown("defaultdict with a custom factory")
+            out = collections.defaultdict(factory)
+        else:
+            out = t()
+        self.memo[key] = out
+        for k, v in value.items():  # type: ignore[attr-defined]
+            kc = self.copy(k)
+            if type(kc) not in IMMUTABLE_TYPES and type(kc) is not tuple:
+                self.memo[key] = Unknown("dict with non-plain keys")
+                return self.memo[key]
+            out[kc] = self.copy(v)  # type: ignore[index]
+        return out

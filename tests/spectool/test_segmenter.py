@@ -1,0 +1,205 @@
+"""Segmenter: cells, statements and tails from arbitrarily split deltas."""
+
+import ast
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spectool.segmenter import (
+    CellClosed, CellOpened, LineLexer, Segmenter, StatementClosed, TailChanged,
+)
+
+MESSAGE = '''I'll look at the data first.
+
+```repl
+lines = context.split("\\n")
+def ask(chunk):
+    """Ask about one chunk.
+```
+not a fence: inside a docstring
+"""
+    return llm_query(f"Label this: {chunk}")
+
+results = []
+for i in range(0, len(lines), 10):
+    batch = "\\n".join(lines[i:i + 10])
+    results.append(ask(batch))
+else:
+    print("done")
+# a comment between statements
+answer = {"a": (1,
+                2), 'b': 'x # not a comment'}
+s = 'tick ``` inside'
+@decorate
+def g(): pass
+match = "soft keyword"
+total = 1 + \\
+    2
+```
+Some prose with ```inline``` backticks.
+
+```json
+{"not": "code"}
+```
+
+```python
+x = "ünïcödé ✓"
+y = llm_query(x)
+'''
+
+
+def run(deltas, languages=("repl", "python")):
+    seg = Segmenter(languages)
+    events = []
+    for d in deltas:
+        events.extend(seg.feed(d))
+    events.extend(seg.close())
+    return events
+
+
+def structural(events):
+    return [e for e in events if not isinstance(e, TailChanged)]
+
+
+def test_cells_and_statements_of_a_message():
+    events = structural(run([MESSAGE]))
+    assert events[0] == CellOpened(1, "repl")
+    stmts = [e for e in events if isinstance(e, StatementClosed) and e.cell == 1]
+    sources = [s.source for s in stmts]
+    assert sources[0] == 'lines = context.split("\\n")\n'
+    assert sources[1].startswith("def ask(chunk):") and "return llm_query" in sources[1]
+    assert sources[2] == "results = []\n"
+    assert sources[3].startswith("for i in range") and sources[3].rstrip().endswith('print("done")')
+    assert sources[4].startswith("answer = {") and sources[4].endswith("'x # not a comment'}\n")
+    assert sources[5] == "s = 'tick ``` inside'\n"
+    assert sources[6] == "@decorate\ndef g(): pass\n"
+    assert sources[7] == 'match = "soft keyword"\n'
+    assert sources[8] == "total = 1 + \\\n    2\n"
+    assert [s.index for s in stmts] == list(range(9))
+    assert stmts[0].lineno == 1 and stmts[1].lineno == 2 and stmts[2].lineno == 9
+    for s in stmts:
+        ast.parse(s.source)
+    closed = [e for e in events if isinstance(e, CellClosed)]
+    assert closed[0].cell == 1 and closed[0].complete
+    assert closed[0].source.startswith('lines = context.split') and "match = " in closed[0].source
+    ast.parse(closed[0].source)
+    # the json block is skipped; the python cell is the second cell and is unfinished
+    assert CellOpened(2, "python") in events
+    assert closed[1] == CellClosed(2, 'x = "ünïcödé ✓"\ny = llm_query(x)\n', False)
+    second = [e.source for e in events if isinstance(e, StatementClosed) and e.cell == 2]
+    assert second == ['x = "ünïcödé ✓"\n', "y = llm_query(x)\n"]
+
+
+def test_simple_statement_closes_at_its_newline_not_at_the_next_line():
+    seg = Segmenter()
+    events = seg.feed("```repl\nr = llm_query('a')")
+    assert not any(isinstance(e, StatementClosed) for e in events)
+    events = seg.feed("\n")
+    assert StatementClosed(1, 0, "r = llm_query('a')\n", 1) in events
+
+
+def test_compound_statement_closes_when_a_top_level_line_starts():
+    seg = Segmenter()
+    seg.feed("```repl\nfor c in chunks:\n    out.append(llm_query(c))\n")
+    events = seg.feed("\n\n")
+    assert not any(isinstance(e, StatementClosed) for e in events)
+    events = seg.feed("p")
+    assert [e.source for e in events if isinstance(e, StatementClosed)] == [
+        "for c in chunks:\n    out.append(llm_query(c))\n"]
+
+
+def test_tail_holds_the_open_statement_and_the_partial_line():
+    seg = Segmenter()
+    seg.feed("```repl\nx = 1\nfor c in chunks:\n")
+    events = seg.feed("    llm_query(c)")
+    tails = [e.tail for e in events if isinstance(e, TailChanged)]
+    assert tails == ["for c in chunks:\n    llm_query(c)"]
+    # no closing paren and no newline: no new tail report
+    assert not [e for e in seg.feed(" + llm") if isinstance(e, TailChanged)]
+
+
+def test_syntax_error_breaks_the_cell():
+    events = run(["```repl\na = 1\nb = (2 +\n)\nc = 3\n```\n"])
+    stmts = [e.source for e in events if isinstance(e, StatementClosed)]
+    assert stmts == ["a = 1\n"]
+    assert any(isinstance(e, CellClosed) and e.complete for e in events)
+
+
+def test_indented_fence_is_dedented():
+    events = run(["1. step\n   ```python\n   for i in x:\n       f(i)\n   y = 2\n   ```\n"])
+    stmts = [e.source for e in events if isinstance(e, StatementClosed)]
+    assert stmts == ["for i in x:\n    f(i)\n", "y = 2\n"]
+
+
+def test_other_languages_and_four_backtick_fences_are_skipped():
+    events = run(["````\n```repl\nx = 1\n```\n````\n```repl\ny = 2\n```\n"])
+    stmts = [e.source for e in events if isinstance(e, StatementClosed)]
+    assert stmts == ["y = 2\n"]
+    assert run(["```repl\nz = 1\n```\n"], languages=("python",)) == []
+
+
+def test_statement_in_a_cell_without_closing_fence_is_flushed_at_close():
+    events = run(["```repl\nif a:\n    b = 1"])
+    assert [e.source for e in events if isinstance(e, StatementClosed)] == ["if a:\n    b = 1\n"]
+    assert events[-1] == CellClosed(1, "if a:\n    b = 1\n", False)
+
+
+def test_lexer_tracks_strings_and_brackets_across_lines():
+    lx = LineLexer()
+    assert lx.feed_line('x = """abc') is False
+    assert lx.feed_line("``` (") is False
+    assert lx.feed_line('"""') is True
+    assert lx.feed_line("y = [1,") is False
+    assert lx.feed_line("  ')]'") is False
+    assert lx.feed_line("]  # ) (") is True
+    assert lx.feed_line(r"s = 'a\'b' + \ ") is True  # backslash then space: not a continuation
+    assert lx.feed_line("s = 1 + \\") is False
+
+
+def test_bytes_split_inside_a_utf8_character():
+    data = MESSAGE.encode()
+    cut = data.index("✓".encode()) + 1
+    assert structural(run([data[:cut], data[cut:]])) == structural(run([MESSAGE]))
+
+
+def test_cost_is_linear_in_message_length():
+    import time
+
+    def cost(n):
+        body = "".join(f"x{i} = f({i}, 'abc')\n" for i in range(n))
+        text = "```repl\nfor k in range(3):\n" + "".join("    " + l + "\n" for l in body.splitlines()[:50]) + body + "```\n"
+        t0 = time.perf_counter()
+        seg = Segmenter()
+        for i in range(0, len(text), 3):
+            seg.feed(text[i:i + 3])
+        seg.close()
+        return time.perf_counter() - t0
+
+    small, big = min(cost(500) for _ in range(3)), min(cost(5000) for _ in range(3))
+    assert big < small * 25  # 10x the text: about 10x the time, far from 100x
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(min_value=0, max_value=len(MESSAGE.encode())), max_size=40),
+       st.booleans())
+def test_random_splits_give_the_same_events(cuts, as_bytes):
+    data = MESSAGE.encode() if as_bytes else MESSAGE
+    points = sorted(set(cuts))
+    if not as_bytes:
+        points = [p for p in points if p <= len(MESSAGE)]
+    pieces = [data[a:b] for a, b in zip([0] + points, points + [len(data)])]
+    events = run(pieces)
+    assert structural(events) == structural(run([data]))
+    # every reported tail is a piece of its cell's text (the open remainder)
+    sources = {e.cell: e.source for e in events if isinstance(e, CellClosed)}
+    for e in events:
+        if isinstance(e, TailChanged):
+            assert e.tail.rstrip("`") in sources[e.cell]
+
+
+def test_feed_after_close_is_an_error():
+    seg = Segmenter()
+    seg.close()
+    with pytest.raises(RuntimeError):
+        seg.feed("x")
