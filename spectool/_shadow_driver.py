@@ -90,6 +90,11 @@ class ShadowDriver:
     def finish(self) -> None:
         self._put(_END)
 
+    def close(self) -> None:
+        """Release the queue (the turn is over)."""
+        self._send.close()
+        self._recv.close()
+
     def _put(self, item: Any) -> None:
         try:
             self._send.send_nowait(item)
@@ -98,9 +103,9 @@ class ShadowDriver:
 
     # -- the shadow task ----------------------------------------------------------------
     async def run(self) -> None:
-        from .shadow import Outcome, ShadowInterpreter, WaitFor
         kwargs = {} if self.limits is None else {"limits": self.limits}
         try:
+            from .shadow import Outcome, ShadowInterpreter, WaitFor
             interp = await _in_thread(functools.partial(
                 ShadowInterpreter, self.namespace, tool_infos(self.tools), _LoopHost(self.store),
                 **kwargs))

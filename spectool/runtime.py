@@ -168,11 +168,19 @@ class _Turn:
 
     async def run(self, stream: Any) -> TurnResult:
         rt = self.rt
-        from .segmenter import CellClosed, Segmenter, StatementClosed, TailChanged
+        from .segmenter import CellClosed, StatementClosed, TailChanged
         self._kinds = (CellClosed, StatementClosed, TailChanged)
+        await rt.executor.start()
+        try:
+            return await self._run(stream)
+        finally:
+            if self.shadow is not None:
+                self.shadow.close()
+
+    async def _run(self, stream: Any) -> TurnResult:
+        rt = self.rt
         stream_error: BaseException | None = None
         results: list[CellResult] = []
-        await rt.executor.start()
         async with anyio.create_task_group() as tg:
             store = Store(rt.tools, tg, budget=rt.budget, trace=self.trace, stats=self.stats,
                           turn_id=self.turn_id, max_dispatches=rt.max_dispatches_per_turn,
@@ -184,6 +192,7 @@ class _Turn:
                                            _snapshot(rt.executor.variables()))
                 if rt.mode == "spec":
                     tg.start_soon(self._run_shadow, shadow_scope)
+            from .segmenter import Segmenter
             segmenter = Segmenter(rt.languages)
             try:
                 await self._consume(stream, segmenter)
@@ -259,7 +268,10 @@ class _Turn:
 
     async def _run_shadow(self, scope: anyio.CancelScope) -> None:
         with scope:
-            await self.shadow.run()
+            try:
+                await self.shadow.run()
+            except Exception as exc:  # the shadow is best effort: never fails the turn
+                self.trace.add("shadow_error", where="driver", error=repr(exc))
 
     async def _execute(self, store: Store) -> list[CellResult]:
         rt = self.rt
@@ -289,8 +301,11 @@ class _ExactCell:
 
 def _snapshot(variables: dict[str, Any]) -> dict[str, Any]:
     """Deep copies of the REPL variables for the shadow; values that do not copy are left out."""
+    from .subprocess_executor import Opaque
     out: dict[str, Any] = {}
     for name, value in variables.items():
+        if isinstance(value, Opaque):  # a subprocess value that did not come back
+            continue
         try:
             out[name] = copy.deepcopy(value)
         except Exception:

@@ -5,7 +5,7 @@ flight) is shared by all turns of one runtime.
 
 Semantics (pinned in docs/INTERFACES.md):
 
-* key = ``(tool name, canonical_key(args, kwargs))``; arguments that are not plain
+* key = ``(tool name, keys.call_key(args, kwargs, signature))``; arguments that are not plain
   immutable data have no key and are never speculated.
 * Per key a FIFO of :class:`Entry` indexed by *occurrence*: the shadow's n-th launch
   of a key and the real run's n-th call of that key meet at entry n. Identical calls
@@ -39,27 +39,13 @@ from anyio.abc import TaskGroup
 from .errors import ToolArgumentError, ToolError
 from .trace import Trace, TurnStats
 
-try:  # owned by the keys module; documented: canonical_key(args, kwargs) -> str | None
-    from .keys import canonical_key
-except ImportError:  # pragma: no cover - only while keys.py has not landed
-    import json as _json
+from .keys import call_key
 
-    def _plain(v):
-        if v is None or isinstance(v, (bool, int, str)):
-            return v
-        if isinstance(v, float):
-            return {"f": repr(v)}
-        if isinstance(v, (tuple, list)):
-            return {"l": [_plain(x) for x in v]}
-        if isinstance(v, dict) and all(isinstance(x, str) for x in v):
-            return {"d": sorted((x, _plain(y)) for x, y in v.items())}
-        raise TypeError
 
-    def canonical_key(args, kwargs):  # type: ignore[misc]
-        try:
-            return _json.dumps([_plain(list(args)), _plain(dict(kwargs))])
-        except (TypeError, ValueError, RecursionError):
-            return None
+def canonical_key(tool: Any, args: tuple, kwargs: dict) -> str | None:
+    """The store key of a validated call (``keys.call_key`` bound by the signature)."""
+    return call_key(tuple(args), dict(kwargs), tool.signature)
+
 
 __all__ = ["Budget", "Entry", "EntryState", "Store", "Outcome"]
 
@@ -294,7 +280,7 @@ class Store:
             self.stats.calls += 1
             self.trace.add("call", tool=tool.name)
             return await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes)
-        key = canonical_key(args, kwargs)
+        key = canonical_key(tool, args, kwargs)
         if key is None:
             self._nokey_calls += 1
             self.stats.misses += 1
@@ -387,7 +373,7 @@ class Store:
             args, kwargs = tool.validate(tuple(args), dict(kwargs))
         except ToolArgumentError:
             return None if quiet else self._decline(tool_name, "arguments invalid", origin)
-        key = canonical_key(args, kwargs)
+        key = canonical_key(tool, args, kwargs)
         if key is None:
             return None if quiet else self._decline(tool_name, "arguments not plain data", origin)
         return tool, args, kwargs, key

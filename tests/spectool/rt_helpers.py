@@ -1,0 +1,75 @@
+"""Helpers shared by the runtime tests: controllable streams and recording tools."""
+
+from __future__ import annotations
+
+import anyio
+
+import spectool
+
+
+def fenced(code: str, lang: str = "repl") -> str:
+    return f"Let me compute that.\n```{lang}\n{code}```\nDone.\n"
+
+
+async def chunks(text: str, size: int = 7):
+    """A stream of fixed-size deltas (no sleeping; a checkpoint between deltas)."""
+    for i in range(0, len(text), size):
+        yield text[i:i + size]
+        await anyio.lowlevel.checkpoint()
+
+
+class GatedStream:
+    """A stream that pauses at given points until a test opens each gate.
+
+    parts: list of str (yielded) and anyio.Event (awaited before going on).
+    """
+
+    def __init__(self, *parts):
+        self.parts = parts
+        self.finished = False
+
+    def __aiter__(self):
+        return self._gen()
+
+    async def _gen(self):
+        for part in self.parts:
+            if isinstance(part, str):
+                yield part
+            else:
+                await part.wait()
+        self.finished = True
+
+
+class Recorder:
+    """Tools that record calls, in order, with the stream state at call time."""
+
+    def __init__(self):
+        self.log: list[tuple] = []
+        self.started: dict[str, anyio.Event] = {}
+
+    def event(self, key: str) -> anyio.Event:
+        if key not in self.started:
+            self.started[key] = anyio.Event()
+        return self.started[key]
+
+    def pure(self, name="q", **kw):
+        rec = self
+
+        @spectool.tool(speculate="pure", name=name, **kw)
+        async def q(x: int) -> int:
+            rec.log.append((name, x))
+            rec.event(f"{name}({x})").set()
+            await anyio.lowlevel.checkpoint()
+            return x * 10
+
+        return q
+
+    def never(self, name="note"):
+        rec = self
+
+        @spectool.tool(name=name)
+        def note(msg: str) -> str:
+            rec.log.append((name, msg))
+            return msg.upper()
+
+        return note

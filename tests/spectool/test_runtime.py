@@ -1,0 +1,167 @@
+"""Runtime: turns, modes, cells, namespace persistence, stats and trace."""
+
+import json
+
+import anyio
+import pytest
+
+import spectool
+from rt_helpers import GatedStream, Recorder, chunks, fenced
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["baseline", "lazy", "spec"])
+async def test_turn_runs_cells_and_namespace_persists(anyio_backend, mode):
+    rec = Recorder()
+    rt = spectool.Runtime([rec.pure(), rec.never()], mode=mode, namespace={"base": 3})
+    res = await rt.run(chunks(fenced("a = q(base)\nnote('hi')\nprint('a =', a)\n")))
+    assert res.error is None and res.stdout == "a = 30\n"
+    assert res.namespace == {"base": 3, "a": 30}
+    assert ("note", "hi") in rec.log and rec.log.count(("q", 3)) == 1
+    res = await rt.run_cell("b = a + 1\nprint(b)")
+    assert res.namespace["b"] == 31 and res.stdout == "31\n" and rt.namespace["b"] == 31
+    assert res.stats.t_turn >= res.stats.t_exec >= 0
+    trace = json.loads(res.trace.to_json())
+    kinds = [e["kind"] for e in trace]
+    assert kinds[0] == "chunk" and kinds[-1] == "turn_end" and "cell_start" in kinds
+
+
+@pytest.mark.anyio
+async def test_cells_run_in_order_and_an_error_stops_the_turn(anyio_backend):
+    rt = spectool.Runtime([], mode="baseline")
+    msg = (fenced("x = 1\nprint('one')\n") + "prose\n```python\nx += 1\n1/0\nprint('no')\n```\n"
+           + fenced("x = 100\n"))
+    res = await rt.run(chunks(msg, 5))
+    assert isinstance(res.error, ZeroDivisionError)
+    assert res.stdout == "one\n" and res.namespace == {"x": 2}
+    assert [c.ran for c in res.cells] == [True, True, False]
+    assert res.cells[1].error is res.error
+
+
+@pytest.mark.anyio
+async def test_message_without_cells_and_bytes_deltas(anyio_backend):
+    rt = spectool.Runtime([], mode="spec")
+    res = await rt.run(chunks("no code here", 3))
+    assert res.error is None and res.stdout == "" and res.cells == []
+    data = fenced("s = 'héllo wörld'\nprint(s)\n").encode()
+    res = await rt.run([data[i:i + 1] for i in range(len(data))])   # sync iterable of bytes
+    assert res.stdout == "héllo wörld\n"
+
+
+@pytest.mark.anyio
+async def test_spec_launches_during_the_stream_and_hits(anyio_backend):
+    rec = Recorder()
+    note = rec.never()
+    rt = spectool.Runtime([rec.pure(), note], mode="spec")
+    stream = GatedStream("```repl\na = q(1)\nb = q(2)\n", rec.event("q(2)"), "note('x')\n```\n")
+    with anyio.fail_after(20):
+        res = await rt.run(stream)
+    assert res.error is None and res.namespace == {"a": 10, "b": 20}
+    # the speculative calls ran while the stream was still open, the never-tool after it
+    assert rec.log[:2] in ([("q", 1), ("q", 2)], [("q", 2), ("q", 1)])
+    assert rec.log[2:] == [("note", "x")]
+    s = res.stats
+    assert (s.dispatched, s.hits, s.misses, s.calls) == (2, 2, 0, 1)
+    assert s.t_stream > 0 and res.trace.of("launch")[0].t < s.t_stream
+
+
+def _tail_peeking_available() -> bool:
+    from spectool.shadow import ShadowInterpreter, ToolInfo
+
+    class Host:
+        def launch(self, *a, **k):
+            return None
+
+    interp = ShadowInterpreter({}, {"q": ToolInfo("q", "pure")}, Host())
+    return bool(interp.peek_tail("r = q(5)"))
+
+
+@pytest.mark.anyio
+async def test_spec_tail_bet_launches_before_the_line_ends(anyio_backend):
+    if not _tail_peeking_available():
+        pytest.skip("the shadow's peek_tail returns no bets yet")
+    rec = Recorder()
+    rt = spectool.Runtime([rec.pure()], mode="spec")
+    stream = GatedStream("```repl\nr = q(5)", rec.event("q(5)"), "\nprint(r)\n```\n")
+    with anyio.fail_after(20):
+        res = await rt.run(stream)
+    assert res.stdout == "50\n" and rec.log == [("q", 5)]
+    assert res.stats.hits == 1 and res.trace.of("bet")
+
+
+@pytest.mark.anyio
+async def test_lazy_real_run_does_not_wait_for_the_shadow(anyio_backend):
+    gate = anyio.Event()
+    log = []
+
+    @spectool.tool(speculate="pure")
+    async def slow(x: int) -> int:
+        log.append(("slow", x))
+        await gate.wait()
+        return x
+
+    @spectool.tool
+    def mark() -> None:
+        log.append("mark")
+        gate.set()      # only the real run can open the gate the shadow is waiting on
+
+    rt = spectool.Runtime([slow, mark], mode="lazy")
+    with anyio.fail_after(20):
+        res = await rt.run(chunks(fenced("mark()\na = slow(1)\nb = a + slow(a)\n")))
+    assert res.error is None and res.namespace == {"a": 1, "b": 2}
+    assert log.count("mark") == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["lazy", "spec"])
+async def test_cell_that_does_not_parse_cancels_speculations(anyio_backend, mode):
+    cancelled, started = [], anyio.Event()
+
+    @spectool.tool(speculate="pure")
+    async def hang(x: int) -> int:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.append(x)
+
+    rec = Recorder()
+    rt = spectool.Runtime([hang, rec.never()], mode=mode)
+    with anyio.fail_after(20):
+        res = await rt.run(chunks(fenced("a = hang(1)\nnote('x')\nb = (\n"), 4))
+    assert isinstance(res.error, SyntaxError) and not res.cells[0].ran
+    assert res.namespace == {} and rec.log == []
+    assert cancelled == ([1] if started.is_set() else [])
+    assert res.stats.evicted == res.stats.dispatched
+
+
+@pytest.mark.anyio
+async def test_idempotent_tool_gets_the_same_key_speculatively_and_for_real(anyio_backend):
+    keys = []
+
+    @spectool.tool(speculate="idempotent")
+    async def post(body: str, *, idempotency_key: str) -> str:
+        keys.append(idempotency_key)
+        return idempotency_key
+
+    rt = spectool.Runtime([post], mode="spec")
+    res = await rt.run(chunks(fenced("k1 = post('a')\nk2 = post('a')\n")))
+    assert res.error is None and res.namespace["k1"] != res.namespace["k2"]
+    assert sorted(keys) == sorted({res.namespace["k1"], res.namespace["k2"]})
+    res2 = await rt.run(chunks(fenced("k3 = post('a')\n")))
+    assert res2.namespace["k3"] not in (res.namespace["k1"], res.namespace["k2"])  # new turn
+
+
+@pytest.mark.anyio
+async def test_runtime_rejects_bad_configuration(anyio_backend):
+    with pytest.raises(ValueError):
+        spectool.Runtime([], mode="eager")
+    with pytest.raises(ValueError):
+        spectool.Runtime([], executor="docker")
+    q = Recorder().pure()
+    with pytest.raises(ValueError):
+        spectool.Runtime([q, q])
+    rt = spectool.Runtime([])
+    await rt.aclose()
+    with pytest.raises(spectool.RuntimeClosedError):
+        await rt.run_cell("x = 1")
