@@ -108,6 +108,10 @@ class _WouldWait(BaseException):
     """Reading a pending value where waiting is not wanted (print arguments)."""
 
 
+class _PeekDone(BaseException):
+    """Peeking stops here (unrolling budget spent)."""
+
+
 class _Break(BaseException):
     pass
 
@@ -122,7 +126,7 @@ class _Return(BaseException):
         self.value = value
 
 
-_CONTROL = (_UserError, _UnknownValue, _Uncertain, _WouldWait, _Break, _Continue, _Return,
+_CONTROL = (_UserError, _UnknownValue, _Uncertain, _WouldWait, _Break, _Continue, _Return, _PeekDone,
             ShadowDeclined, Touched, GeneratorExit)
 
 
@@ -182,6 +186,9 @@ class ShadowInterpreter:
         self._peek = False
         self._bets: list[TailBet] | None = None
         self._peek_counts: dict[tuple[str, str], int] = {}
+        self._fresh: set[int] = set()  # peek: ids of containers created by the peek itself
+        self._fresh_keep: list[object] = []
+        self._peek_iterations = 0
         self._handling: list[BaseException] = []
         self._cell_seconds = 0.0
         self._stmt_handlers = {getattr(ast, n[6:]): getattr(self, n) for n in dir(self)
@@ -251,7 +258,9 @@ class ShadowInterpreter:
 
     # -- budget -------------------------------------------------------------------
 
-    def _reset_budget(self) -> None:
+    def _reset_budget(self, max_steps: int | None = None, max_seconds: float | None = None) -> None:
+        self._max_steps = self._limits.max_steps if max_steps is None else max_steps
+        self._max_seconds = self._limits.max_seconds if max_seconds is None else max_seconds
         self._steps = 0
         self._next_check = 4096
         self._alloc = 0
@@ -265,10 +274,21 @@ class ShadowInterpreter:
         self._steps += n
         if self._steps >= self._next_check:
             self._next_check = self._steps + 4096
-            if self._steps > self._limits.max_steps:
+            if self._steps > self._max_steps:
                 raise LimitExceeded("step limit")
-            if self._used() > self._limits.max_seconds:
+            if self._used() > self._max_seconds:
                 raise LimitExceeded("time limit")
+
+    def _made(self, value: object) -> object:
+        """Note a container created by shadow code (peeking may mutate it freely)."""
+        if self._peek:
+            self._fresh.add(id(value))
+            self._fresh_keep.append(value)
+        return value
+
+    def _shared(self, obj: object) -> bool:
+        """Would mutating ``obj`` change state outside the current peek?"""
+        return self._peek and id(obj) not in self._fresh
 
     def _launched_total(self) -> int:
         return sum(self._launch_counts.values())
@@ -548,7 +568,7 @@ class ShadowInterpreter:
             try:
                 current = yield from self._need(current)
                 value = yield from self._need((yield from self._eval(node.value, scope)))
-                if self._peek and type(current) in MUTABLE_TYPES:
+                if type(current) in MUTABLE_TYPES and self._shared(current):
                     raise _UnknownValue
                 result = yield from self._binop(node.op, current, value, inplace=True)
             except _UnknownValue:
@@ -569,8 +589,8 @@ class ShadowInterpreter:
     def _check_mutable(self, obj: object, target: ast.AST) -> None:
         if type(obj) not in _DATA_TYPES:
             raise ShadowDeclined("item assignment on a value that is not plain data")
-        if self._peek:
-            raise ShadowDeclined("peek does not mutate")
+        if self._shared(obj):
+            raise ShadowDeclined("peek does not mutate shared state")
 
     def _assign(self, target: ast.expr, value: object, scope: Scope):
         if isinstance(target, ast.Name):
@@ -652,6 +672,10 @@ class ShadowInterpreter:
         broke = False
         while True:
             self._step()
+            if self._peek:
+                self._peek_iterations += 1
+                if self._peek_iterations > self._limits.max_tail_iterations:
+                    raise _PeekDone
             try:
                 item = next(iterator)
             except StopIteration:
@@ -679,6 +703,9 @@ class ShadowInterpreter:
             yield from self._exec_block(node.orelse, scope)
 
     def _exec_While(self, node: ast.While, scope: Scope):
+        if self._peek:
+            self._skip_blocks([node], scope)  # a loop on a condition: not unrolled
+            return
         broke = False
         while True:
             self._step()
@@ -895,6 +922,13 @@ class ShadowInterpreter:
             raise ShadowDeclined(f"subscript of a {type(obj).__name__}")
         if type(obj) is range and type(key) is slice:
             return obj[key]
+        if type(obj) is collections.defaultdict and self._shared(obj):
+            try:
+                present = key in obj
+            except Touched:
+                raise _UnknownValue from None
+            if not present:
+                raise _UnknownValue  # reading would insert the default
         return (yield from self._apply(operator.getitem, (obj, key)))
 
     def _eval_BinOp(self, node: ast.BinOp, scope: Scope):
@@ -1000,7 +1034,7 @@ class ShadowInterpreter:
         items = yield from self._elements(node.elts, scope)
         for i, item in enumerate(items):
             items[i] = yield from self._need(item)
-        return (yield from self._apply(set, (items,)))
+        return self._made((yield from self._apply(set, (items,))))
 
     def _elements(self, elts: list[ast.expr], scope: Scope):
         out: list = []
@@ -1010,7 +1044,7 @@ class ShadowInterpreter:
                 out.extend((yield from self._materialize(value)))
             else:
                 out.append((yield from self._eval_value(elt, scope)))
-        return self._account(out)
+        return self._made(self._account(out))
 
     def _eval_Dict(self, node: ast.Dict, scope: Scope):
         out: dict = {}
@@ -1024,7 +1058,7 @@ class ShadowInterpreter:
             key = yield from self._need((yield from self._eval(k, scope)))
             value = yield from self._eval_value(v, scope)
             yield from self._apply(operator.setitem, (out, key, value))
-        return self._account(out)
+        return self._made(self._account(out))
 
     def _eval_JoinedStr(self, node: ast.JoinedStr, scope: Scope):
         parts = []
@@ -1060,7 +1094,7 @@ class ShadowInterpreter:
     def _eval_ListComp(self, node: ast.ListComp, scope: Scope):
         out: list = []
         yield from self._comprehension(node, scope, out.append)
-        return self._account(out)
+        return self._made(self._account(out))
 
     def _eval_GeneratorExp(self, node: ast.GeneratorExp, scope: Scope):
         out: list = []
@@ -1070,7 +1104,7 @@ class ShadowInterpreter:
     def _eval_SetComp(self, node: ast.SetComp, scope: Scope):
         out: list = []
         yield from self._comprehension(node, scope, out.append, need=True)
-        return (yield from self._apply(set, (out,)))
+        return self._made((yield from self._apply(set, (out,))))
 
     def _eval_DictComp(self, node: ast.DictComp, scope: Scope):
         pairs: list = []
@@ -1078,7 +1112,7 @@ class ShadowInterpreter:
         out: dict = {}
         for key, value in pairs:
             yield from self._apply(operator.setitem, (out, key, value))
-        return self._account(out)
+        return self._made(self._account(out))
 
     def _comprehension(self, node, scope: Scope, emit, need: bool = False):
         inner = Scope("comp", {}, scope)
@@ -1188,7 +1222,7 @@ class ShadowInterpreter:
         args, kwargs = yield from self._eval_args(node, scope)
         mutating = (receiver is not None and type(receiver) in MUTABLE_TYPES
                     and func_node.attr in MUTATING_METHODS)  # type: ignore[attr-defined]
-        if mutating and self._peek:
+        if mutating and self._shared(receiver):
             self._taint(_call_written(node), scope)
             raise _UnknownValue
         # Counter.update/subtract count as they go: settle first so a retry cannot
@@ -1238,7 +1272,10 @@ class ShadowInterpreter:
                 fn.check(args, kwargs, self._limits)
             args, kwargs = yield from self._prepare_raw_args(fn.raw, args, kwargs)
             settle = settle_first or fn.raw in _FUNCTION_APPLYING_LAZY
-            return (yield from self._apply(fn.raw, args, kwargs, settle_first=settle))
+            result = yield from self._apply(fn.raw, args, kwargs, settle_first=settle)
+            if fn.is_class and type(result) in MUTABLE_TYPES:
+                self._made(result)
+            return result
         if isinstance(fn, operator.itemgetter):
             return (yield from self._apply(fn, args, kwargs))
         raise ShadowDeclined(f"calling a {type(fn).__name__}")
@@ -1275,8 +1312,6 @@ class ShadowInterpreter:
         return tuple(new_args), new_kwargs
 
     def _call_function(self, fn: ShadowFunction, args: tuple, kwargs: dict):
-        if self._peek:
-            raise _UnknownValue  # peeking does not run user functions
         if self._depth >= self._limits.max_recursion:
             raise LimitExceeded("recursion limit")
         frame = Scope("function", {}, fn.scope, fn.locals, fn.globals_decl, fn.nonlocals_decl)
@@ -1418,7 +1453,7 @@ class ShadowInterpreter:
         if len(args) != 1 or set(kwargs) - {"key", "reverse"}:
             raise _UserError(TypeError("sorted expected 1 argument"))
         items = yield from self._materialize((yield from self._need(args[0])))
-        return (yield from self._sort(items, kwargs))
+        return self._made((yield from self._sort(items, kwargs)))
 
     def _sort(self, items: list, kwargs: dict):
         key = yield from self._need(kwargs.get("key"))
@@ -1439,7 +1474,7 @@ class ShadowInterpreter:
             raise _UnknownValue
         if args:
             raise _UserError(TypeError("sort() takes no positional arguments"))
-        if self._peek:
+        if self._shared(target):
             raise _UnknownValue
         result = yield from self._sort(list(target), kwargs)
         target[:] = result

@@ -1,9 +1,208 @@
-"""Tail peeking (first version: no bets yet; see the full implementation to come)."""
+"""Tail peeking: bets on tool calls in the open, still-streaming part of a cell.
+
+The tail is the open top-level statement (for instance a ``for`` loop whose body is
+still arriving) plus the unfinished last line. Peeking:
+
+1. splits the tail into complete logical lines and the unfinished last logical line;
+2. from the unfinished line keeps only the calls whose closing parenthesis has
+   streamed, and only if nothing on that line can make them conditional (``if``,
+   ``else``, ``and``, ``or``, ``lambda``, a comprehension's ``for``, ...): each such
+   call becomes a synthetic expression statement at that line's indentation;
+3. parses the result (adding ``pass`` under a header with no body yet) and evaluates
+   it with the shadow evaluator in *peek mode*: over a copy-on-write view of the shadow
+   state, launching nothing. A tool call with known arguments becomes a bet; ``for``
+   loops over known iterables are unrolled (at most ``Limits.max_tail_iterations``
+   iterations in all); ``if`` with a known condition takes its branch; blocks with an
+   unknown condition, ``while`` loops and ``try`` are skipped and taint what they write;
+   if control could leave early (a skipped ``break``/``return``/``raise``) peeking stops.
+
+Later lines change the bets naturally: each peek evaluates the whole current tail, so a
+reassignment further down the loop body changes (or removes) the bets of later
+iterations, and the runtime withdraws the bets that are no longer returned.
+"""
 
 from __future__ import annotations
 
-__all__ = ["peek_tail"]
+import ast
+import collections
+import re
+from typing import TYPE_CHECKING
+
+from ..segmenter import LineLexer
+from .limits import LimitExceeded, ShadowDeclined
+from .scope import Scope
+from .values import TailBet, Touched
+
+if TYPE_CHECKING:
+    from .interpreter import ShadowInterpreter
+
+__all__ = ["peek_tail", "split_tail", "complete_calls"]
+
+PEEK_MAX_STEPS = 200_000
+PEEK_MAX_SECONDS = 0.25
+
+_RISKY_WORDS = re.compile(
+    r"\b(if|else|elif|and|or|lambda|for|while|async|await|yield|with|def|class|return|"
+    r"except|finally|try|assert|del|match|case)\b")
+_IDENT_CHAR = re.compile(r"[A-Za-z0-9_.]")
 
 
-def peek_tail(interp, tail: str) -> list:
-    return []
+def split_tail(tail: str) -> tuple[str, str]:
+    """(complete logical lines, unfinished last logical line) of a tail."""
+    lines = tail.split("\n")
+    lexer = LineLexer()
+    end = 0  # number of physical lines that form complete logical lines
+    for i, line in enumerate(lines[:-1]):
+        if lexer.feed_line(line):
+            end = i + 1
+    complete = "".join(line + "\n" for line in lines[:end])
+    return complete, "\n".join(lines[end:])
+
+
+def _blank_strings(text: str) -> str:
+    """The text with string contents and comments replaced by spaces (same length)."""
+    out = list(text)
+    i, n = 0, len(text)
+    quote: str | None = None
+    while i < n:
+        ch = text[i]
+        if quote is None:
+            if ch == "#":
+                j = text.find("\n", i)
+                j = n if j == -1 else j
+                out[i:j] = " " * (j - i)
+                i = j
+                continue
+            if ch in "'\"":
+                quote = text[i:i + 3] if text[i:i + 3] in ("'''", '"""') else ch
+                i += len(quote)
+                continue
+            i += 1
+            continue
+        if ch == "\\":
+            out[i:i + 2] = " " * len(out[i:i + 2])
+            i += 2
+            continue
+        if text.startswith(quote, i):
+            i += len(quote)
+            quote = None
+            continue
+        if ch != "\n":
+            out[i] = " "
+        i += 1
+    return "".join(out)
+
+
+def complete_calls(text: str) -> list[tuple[int, int]]:
+    """Spans (start, end) of the outermost calls ``name(...)``/``a.b(...)`` whose
+    closing parenthesis is in ``text``."""
+    code = _blank_strings(text)
+    spans: list[tuple[int, int]] = []
+    stack: list[tuple[int, int | None]] = []  # (index of "(", start of callee or None)
+    for i, ch in enumerate(code):
+        if ch in "([{":
+            start = None
+            if ch == "(":
+                j = i
+                while j > 0 and code[j - 1] == " ":
+                    j -= 1
+                k = j
+                while k > 0 and _IDENT_CHAR.match(code[k - 1]):
+                    k -= 1
+                if k < j and not code[k].isdigit() and code[k] != ".":
+                    start = k
+            stack.append((i, start))
+        elif ch in ")]}" and stack:
+            _, start = stack.pop()
+            if ch == ")" and start is not None:
+                spans.append((start, i + 1))
+    spans.sort()
+    outer: list[tuple[int, int]] = []
+    for span in spans:
+        if outer and span[0] < outer[-1][1]:
+            continue  # nested in an earlier complete call
+        outer.append(span)
+    return outer
+
+
+def _synthesize(tail: str) -> str | None:
+    complete, partial = split_tail(tail)
+    lines = [complete]
+    if partial.strip():
+        code = _blank_strings(partial)
+        first = partial.split("\n", 1)[0]
+        indent = first[:len(first) - len(first.lstrip())]
+        if not _RISKY_WORDS.search(code):
+            for start, end in complete_calls(partial):
+                # skip a keyword-named callee and calls that are only part of a dotted
+                # chain still being written
+                lines.append(indent + partial[start:end].replace("\n", " ") + "\n")
+    source = "".join(lines)
+    if not source.strip():
+        return None
+    return source
+
+
+def _parse(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        pass
+    # a block header whose body has not streamed yet
+    last = source.rstrip("\n").split("\n")[-1]
+    indent = last[:len(last) - len(last.lstrip())]
+    try:
+        return ast.parse(source + indent + "    pass\n")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+
+
+def peek_tail(interp: "ShadowInterpreter", tail: str) -> list[TailBet]:
+    """Bets for the open tail of a cell (see the module docstring)."""
+    if interp.stopped or not tail.strip():
+        return []
+    source = _synthesize(tail)
+    if source is None:
+        return []
+    tree = _parse(source)
+    if tree is None:
+        return []
+    return _evaluate(interp, tree)
+
+
+def _evaluate(interp: "ShadowInterpreter", tree: ast.Module) -> list[TailBet]:
+    from . import interpreter as I
+
+    saved = (interp._steps, interp._next_check, interp._alloc, interp._seconds, interp._resumed,
+             interp._max_steps, interp._max_seconds, interp._depth, interp._nowait,
+             interp._module, interp._handling)
+    bets: list[TailBet] = []
+    interp._peek = True
+    interp._bets = bets
+    interp._peek_counts = {}
+    interp._fresh = set()
+    interp._fresh_keep = []
+    interp._peek_iterations = 0
+    interp._module = Scope("module", collections.ChainMap({}, interp._globals))  # type: ignore[arg-type]
+    interp._handling = []
+    interp._reset_budget(PEEK_MAX_STEPS, PEEK_MAX_SECONDS)
+    try:
+        gen = interp._exec_block(tree.body, interp._module)
+        try:
+            next(gen)
+            gen.close()  # peek mode never waits; stop if it ever tried
+        except StopIteration:
+            pass
+    except (I._UserError, I._Uncertain, I._PeekDone, I._Break, I._Continue, I._Return,
+            I._UnknownValue, I._WouldWait, ShadowDeclined, LimitExceeded, Touched,
+            RecursionError, MemoryError):
+        pass
+    finally:
+        interp._peek = False
+        interp._bets = None
+        interp._fresh = set()
+        interp._fresh_keep = []
+        (interp._steps, interp._next_check, interp._alloc, interp._seconds, interp._resumed,
+         interp._max_steps, interp._max_seconds, interp._depth, interp._nowait,
+         interp._module, interp._handling) = saved
+    return bets
