@@ -243,6 +243,16 @@ def _oracle_for(cfg: BenchConfig, ep: EpisodeSpec, decoding: str,
         return None
 
 
+async def _warm_up(cfg: BenchConfig) -> None:
+    """One untimed tiny episode per mode, so first-use costs (imports, caches) do not
+    land on whichever timed run happens to go first."""
+    warm = BenchConfig(context_tokens=(1024,), shapes=("batched",), decoding=("vanilla",),
+                       time_scale=min(cfg.time_scale, 0.01), progress=False, plots=False)
+    episodes = make_workload(warm, 0)
+    for mode in cfg.modes:
+        await run_once(warm, episodes, mode, "vanilla", 1)
+
+
 def _label_waste(runs: list[dict[str, Any]]) -> None:
     """Mark each server request: launched during decoding or after the message; and
     'wasted' = a finished request beyond the baseline's calls of the same prompt in the
@@ -336,7 +346,28 @@ def summarise(cfg: BenchConfig, runs: list[dict[str, Any]],
             if os_ and all(o is not None for o in os_) and sum(os_) > 0:
                 row["oracle_speedup"] = b / sum(os_)
         shape_rows.append(row)
-    return {"rows": rows, "shapes": shape_rows}
+    return {"rows": rows, "shapes": shape_rows, "checks": _checks(runs, rows)}
+
+
+def _checks(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Score identity across modes, and the issue's targets at the lowest concurrency."""
+    by_key = defaultdict(dict)
+    for run in runs:
+        key = (run["decoding"], run["concurrency"], run["seed"], run["repeat"])
+        by_key[key][run["mode"]] = {e["episode"]: e["score_official"] for e in run["episodes"]}
+    identical = all(len({tuple(sorted(v.items())) for v in modes.values()}) == 1
+                    for modes in by_key.values())
+    targets = []
+    conc = min((r["concurrency"] for r in rows), default=1)
+    for r in rows:
+        if r["mode"] == "spec" and r["concurrency"] == conc:
+            targets.append({"decoding": r["decoding"], "concurrency": conc,
+                            "spec_speedup": r["speedup"], "oracle_speedup": r["oracle_speedup"],
+                            "pct_of_oracle": r["pct_of_oracle"],
+                            "speedup_ge_1_5": None if r["speedup"] is None else r["speedup"] >= 1.5,
+                            "ge_90pct_of_oracle": None if r["pct_of_oracle"] is None
+                            else r["pct_of_oracle"] >= 90.0})
+    return {"scores_identical_across_modes": identical, "targets": targets}
 
 
 def _fmt(v, spec=".2f"):
@@ -376,7 +407,21 @@ def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
                 f"{_fmt(r.get('spec_speedup')):>8}{_fmt(r.get('oracle_speedup')):>9}"
                 f"{r.get('hits', 0):>6}{r.get('wasted', 0):>6}"
                 f"{_fmt(r.get('spec_score', r.get('baseline_score')), '.3f'):>7}")
+    checks = summary.get("checks")
+    if checks:
+        lines += ["", "scores identical across modes (same seed): "
+                  + ("yes" if checks["scores_identical_across_modes"] else "NO")]
+        for t in checks["targets"]:
+            lines.append(
+                f"target ({t['decoding']}, concurrency {t['concurrency']}): spec speed-up "
+                f"{_fmt(t['spec_speedup'])} (>= 1.5: {_yn(t['speedup_ge_1_5'])}); "
+                f"{_fmt(t['pct_of_oracle'], '.0f')}% of the oracle's {_fmt(t['oracle_speedup'])}x "
+                f"(>= 90%: {_yn(t['ge_90pct_of_oracle'])})")
     return "\n".join(lines)
+
+
+def _yn(v):
+    return "n/a" if v is None else ("yes" if v else "no")
 
 
 async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
@@ -394,6 +439,8 @@ async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
         bar = tqdm(total=total, desc="oolong episodes", unit="ep", leave=False)
     runs = []
     t0 = time.perf_counter()
+    if cfg.simulated:
+        await _warm_up(cfg)
     try:
         for seed, rep, dec, conc, mode in plan:
             if bar is not None:

@@ -290,7 +290,7 @@ class SubModelLatency:
 
     base_s: float = 0.2
     prefill_tps: float = 4000.0
-    decode_tps: float = 60.0
+    decode_tps: float = 80.0
 
     def work(self, prompt: str, output: str) -> float:
         return (self.base_s + estimate_tokens(prompt) / self.prefill_tps
