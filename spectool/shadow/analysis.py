@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from typing import Iterable
 
-__all__ = ["written_names", "escapes", "local_names", "has_yield"]
+__all__ = ["written_names", "bound_names", "escapes", "local_names", "has_yield"]
 
 _written_cache: dict[int, tuple[ast.AST, frozenset[str]]] = {}
 _escape_cache: dict[int, tuple[ast.AST, bool]] = {}
@@ -83,6 +83,40 @@ def written_names(nodes: list[ast.AST] | ast.AST) -> frozenset[str]:
     result = frozenset(names)
     if key is not None:
         _written_cache[key] = (nodes[0], result)
+    return result
+
+
+_bound_cache: dict[int, tuple[ast.AST, frozenset[str]]] = {}
+
+
+def bound_names(nodes: list[ast.AST] | ast.AST) -> frozenset[str]:
+    """Names a fragment may rebind (not merely mutate) in its own scope."""
+    if isinstance(nodes, ast.AST):
+        nodes = [nodes]
+    key = id(nodes[0]) if len(nodes) == 1 else None
+    if key is not None and key in _bound_cache and _bound_cache[key][0] is nodes[0]:
+        return _bound_cache[key][1]
+    names: set[str] = set()
+    for node in _walk_same_scope(nodes):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            for inner in ast.walk(node):
+                if isinstance(inner, (ast.Global, ast.Nonlocal)):
+                    names.update(inner.names)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.NamedExpr):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+    result = frozenset(names)
+    if key is not None:
+        _bound_cache[key] = (nodes[0], result)
     return result
 
 

@@ -58,6 +58,7 @@ _FUNCTION_APPLYING_LAZY = frozenset(
     r for r in LAZY_RAW if getattr(r, "__name__", "") in (
         "map", "filter", "starmap", "accumulate", "groupby", "takewhile", "dropwhile",
         "filterfalse", "compress"))
+_UNMUTABLE = frozenset({type(None), bool, int, float, complex, str, bytes, range, slice})
 _DICT_TYPES = (dict, collections.OrderedDict, collections.Counter, collections.defaultdict)
 _SPEC_NUMBER = re.compile(r"\d+")
 _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
@@ -236,14 +237,14 @@ class ShadowInterpreter:
                 break
             except LimitExceeded as exc:
                 status, detail = "limit", str(exc)
-                self._taint(analysis.written_names([stmt]), self._module)
+                self._taint_nodes([stmt], self._module)
             except (RecursionError, MemoryError) as exc:
                 status, detail = "limit", type(exc).__name__
-                self._taint(analysis.written_names([stmt]), self._module)
+                self._taint_nodes([stmt], self._module)
             except (_UnknownValue, _Uncertain, ShadowDeclined, _WouldWait, Touched,
                     _Break, _Continue, _Return) as exc:
                 status, detail = "declined", str(exc) or type(exc).__name__.strip("_")
-                self._taint(analysis.written_names([stmt]), self._module)
+                self._taint_nodes([stmt], self._module)
         self._cell_seconds += self._used()
         if self._cell_seconds > self._limits.max_cell_seconds:
             self._dead = True
@@ -376,9 +377,22 @@ class ShadowInterpreter:
         if target is self._module:
             self._deleted.discard(name)
 
-    def _taint(self, names: frozenset[str] | set[str], scope: Scope) -> None:
+    def _taint(self, names: frozenset[str] | set[str], scope: Scope,
+               rebound: frozenset[str] | set[str] | None = None) -> None:
+        """Mark names unknown. Names only mutated (not in ``rebound``; None = all
+        rebound) keep values that no mutation can change (str, int, modules, ...)."""
         for name in names:
+            if rebound is not None and name not in rebound:
+                try:
+                    current = self._lookup(name, scope)
+                except _UserError:
+                    continue
+                if type(current) in _UNMUTABLE or isinstance(current, _WRAPPERS):
+                    continue
             self._store(name, Unknown("tainted"), scope)
+
+    def _taint_nodes(self, nodes: list, scope: Scope) -> None:
+        self._taint(analysis.written_names(nodes), scope, analysis.bound_names(nodes))
 
     # -- pending values -------------------------------------------------------------------
 
@@ -516,13 +530,13 @@ class ShadowInterpreter:
             except (_UnknownValue, ShadowDeclined) as exc:
                 if isinstance(exc, LimitExceeded):
                     raise
-                self._taint(analysis.written_names([stmt]), scope)
+                self._taint_nodes([stmt], scope)
                 if analysis.escapes([stmt]):
                     raise _Uncertain from None
 
     def _skip_blocks(self, blocks: list[ast.stmt], scope: Scope) -> None:
         """A block whose condition is unknown: taint what it could write."""
-        self._taint(analysis.written_names(blocks), scope)
+        self._taint_nodes(blocks, scope)
         if analysis.escapes(blocks):
             raise _Uncertain
 
@@ -697,7 +711,7 @@ class ShadowInterpreter:
             except _Continue:
                 continue
             except _Uncertain:
-                self._taint(analysis.written_names([node]), scope)
+                self._taint_nodes([node], scope)
                 raise
         if not broke:
             yield from self._exec_block(node.orelse, scope)
@@ -724,7 +738,7 @@ class ShadowInterpreter:
             except _Continue:
                 continue
             except _Uncertain:
-                self._taint(analysis.written_names([node]), scope)
+                self._taint_nodes([node], scope)
                 raise
         if not broke:
             yield from self._exec_block(node.orelse, scope)
@@ -1208,7 +1222,7 @@ class ShadowInterpreter:
             if isinstance(exc, LimitExceeded):
                 raise
             yield from self._eval_args(node, scope)  # calls inside the arguments still happen
-            self._taint(_call_written(node), scope)
+            self._taint(_call_written(node), scope, frozenset())
             raise _UnknownValue from None
         if isinstance(fn, SafeFunc) and fn.special == "print":
             self._nowait += 1
@@ -1223,7 +1237,7 @@ class ShadowInterpreter:
         mutating = (receiver is not None and type(receiver) in MUTABLE_TYPES
                     and func_node.attr in MUTATING_METHODS)  # type: ignore[attr-defined]
         if mutating and self._shared(receiver):
-            self._taint(_call_written(node), scope)
+            self._taint(_call_written(node), scope, frozenset())
             raise _UnknownValue
         # Counter.update/subtract count as they go: settle first so a retry cannot
         # count twice (other mutators fail before mutating, or are idempotent)
@@ -1232,7 +1246,7 @@ class ShadowInterpreter:
             return (yield from self._call(fn, args, kwargs, settle_first=settle))
         except (_UnknownValue, _Uncertain):
             if mutating or isinstance(fn, ShadowFunction) or type(fn) is Unknown:
-                self._taint(_call_written(node), scope)
+                self._taint(_call_written(node), scope, frozenset())
             raise _UnknownValue from None
 
     def _eval_args(self, node: ast.Call, scope: Scope):
@@ -1325,9 +1339,9 @@ class ShadowInterpreter:
         except _Return as ret:
             return ret.value
         except _Uncertain:
-            outer = analysis.written_names(fn.node.body) - fn.locals
-            for name in outer:
-                self._store(name, Unknown("tainted by a call"), frame)
+            body = fn.node.body if isinstance(fn.node.body, list) else [fn.node.body]
+            outer = analysis.written_names(body) - fn.locals
+            self._taint(outer, frame, analysis.bound_names(body))
             raise
         finally:
             self._depth -= 1
@@ -1684,6 +1698,9 @@ class ShadowInterpreter:
             raise ShadowDeclined("format_map of a non-dict")
         self._check_template(template)
         return (yield from self._apply(template.format_map, (mapping,)))
+
+
+_WRAPPERS = (SafeFunc, ModuleProxy, ToolRef, ShadowFunction)
 
 
 def _target_names(target: ast.AST) -> frozenset[str]:
