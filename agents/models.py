@@ -188,6 +188,9 @@ class TokenSpecModel:
     ``SamplingParams``. ``format_prompt(messages) -> str`` turns the chat into the
     decoder's prompt; by default the target tokenizer's chat template when the
     decoder exposes one, else a plain ``role: content`` transcript.
+    ``assistant_prefix`` prefills the start of the assistant message (e.g.
+    ``"```repl\\n"`` to steer a small model into a cell); it is streamed as the
+    message's first delta.
     """
 
     def __init__(
@@ -196,10 +199,12 @@ class TokenSpecModel:
         params: Any = None,
         *,
         format_prompt: Callable[[list[dict]], str] | None = None,
+        assistant_prefix: str = "",
     ) -> None:
         self.decoder = decoder
         self.params = params
         self.format_prompt = format_prompt or self._default_format
+        self.assistant_prefix = assistant_prefix
 
     def _tokenizer(self) -> Any:
         for owner in (self.decoder, getattr(self.decoder, "target", None)):
@@ -217,15 +222,22 @@ class TokenSpecModel:
         return _plain_prompt(messages)
 
     async def stream(self, messages: list[dict]) -> AsyncIterator[str]:
-        prompt = self.format_prompt(messages)
+        prompt = self.format_prompt(messages) + self.assistant_prefix
         source = (
             self.decoder.stream(prompt)
             if self.params is None
             else self.decoder.stream(prompt, self.params)
         )
-        async for text in source:
-            if text:
-                yield text
+        if self.assistant_prefix:  # prefilled: the prefix is part of the message
+            yield self.assistant_prefix
+        try:
+            async for text in source:
+                if text:
+                    yield text
+        finally:
+            closer = getattr(source, "aclose", None)
+            if closer is not None:
+                await closer()
 
     async def complete(self, prompt: str) -> str:
         parts = [t async for t in self.stream([{"role": "user", "content": prompt}])]

@@ -96,7 +96,7 @@ class AgentResult:
     t_total: float
     mode: str
     stats: dict[str, float] = field(default_factory=dict)   # summed over turns
-    sub_calls: int = 0           # sub-model calls made for real (speculative ones excluded)
+    sub_calls: int = 0           # sub-model calls executed (speculative ones included)
     messages: list[dict] = field(default_factory=list)
     namespace: dict[str, Any] = field(default_factory=dict)
 

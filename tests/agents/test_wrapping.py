@@ -1,0 +1,88 @@
+"""The README's wrapping examples run as printed, under asyncio and trio."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from spectool_agents import ScriptedModel, tee, tools_from_table
+from spectool_agents.wrapping import README_SECTION
+
+BLOCKS = re.findall(r"```python\n(.*?)```", README_SECTION, re.DOTALL)
+
+
+def make_table(log: list[str]) -> dict:
+    async def search(query: str) -> str:
+        log.append(f"search {query}")
+        return f"hits for {query}"
+
+    def delete(path: str) -> str:
+        log.append(f"delete {path}")
+        return "deleted"
+
+    return {"search": search, "delete": delete}
+
+
+def load(block: str, my_tools: dict) -> dict:
+    namespace = {"my_tools": my_tools}
+    exec(compile(block, "<README>", "exec"), namespace)
+    return namespace
+
+
+def test_examples_are_at_most_ten_lines():
+    assert len(BLOCKS) == 2
+    for block in BLOCKS:
+        assert len(block.strip().splitlines()) <= 10
+
+
+@pytest.mark.anyio
+async def test_code_stream_example():
+    log: list[str] = []
+    ns = load(BLOCKS[0], make_table(log))
+    message = ("Searching.\n```repl\nr = [search(q) for q in ['a', 'b']]\n"
+               "print(r)\ndelete('/tmp/x')\n```\nDone.")
+    model = ScriptedModel([message], chunk_size=5)
+    text, stdout, error = await ns["on_model_message"](model.stream([]))
+    assert text == message
+    assert stdout == "['hits for a', 'hits for b']\n" and error is None
+    assert sorted(log) == ["delete /tmp/x", "search a", "search b"]
+    # the runtime persists: the next message sees the previous cell's variables
+    text, stdout, error = await ns["on_model_message"](
+        ScriptedModel(["```repl\nprint(len(r))\n```"]).stream([]))
+    assert (stdout, error) == ("2\n", None)
+
+
+@pytest.mark.anyio
+async def test_tool_call_stream_example():
+    log: list[str] = []
+    ns = load(BLOCKS[1], make_table(log))
+    deltas = [
+        {"tool_calls": [{"index": 0, "id": "c1",
+                         "function": {"name": "search", "arguments": '{"query"'}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": ': "x"}'}}]},
+        {"content": "ok"},
+    ]
+    assistant, tool_messages = await ns["on_model_deltas"](ScriptedModel([deltas]).stream([]))
+    assert assistant["tool_calls"][0]["function"]["name"] == "search"
+    assert tool_messages == [{"role": "tool", "tool_call_id": "c1", "content": "hits for x"}]
+    assert log == ["search x"]
+
+
+@pytest.mark.anyio
+async def test_tee_keeps_split_utf8_text():
+    async def chunks():
+        data = "é€".encode()
+        for i in range(len(data)):
+            yield data[i:i + 1]
+
+    sink: list[str] = []
+    out = [d async for d in tee(chunks(), sink)]
+    assert b"".join(out).decode() == "".join(sink) == "é€"
+
+
+def test_table_names_are_checked():
+    with pytest.raises(KeyError):
+        tools_from_table({"a": print}, pure={"b"})
+    tools = tools_from_table({"a": print, "b": len}, pure={"b"})
+    assert [(t.name, t.speculate) for t in tools] == [("a", "never"), ("b", "pure")]
