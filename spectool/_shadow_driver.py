@@ -26,7 +26,9 @@ import math
 from typing import Any, Mapping
 
 import anyio
+import anyio.from_thread
 import anyio.lowlevel
+import anyio.to_thread
 
 from .store import Store
 from .trace import Trace

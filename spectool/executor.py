@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable
 
 import anyio
+import anyio.from_thread
+import anyio.to_thread
 
 __all__ = ["CellOutcome", "CellCancelled", "InProcessExecutor", "ToolCaller", "user_variables"]
 

@@ -79,6 +79,8 @@ class Runtime:
     max_dispatches_per_turn: speculative dispatches per turn (later launches are declined).
     max_output_bytes: default output cap for tools without their own.
     shadow_limits: a ``spectool.shadow.Limits`` for the shadow interpreter.
+    on_event: called synchronously with every trace ``Event`` as it happens (progress
+    displays, tests); it must not block.
     """
 
     def __init__(self, tools: Iterable[Any] = (), mode: Mode = "spec",
@@ -86,7 +88,7 @@ class Runtime:
                  max_in_flight: int = 16, max_dispatches_per_turn: int = 256,
                  max_arg_bytes_in_flight: int = 4 << 20, max_output_bytes: int | None = None,
                  shadow_limits: Any = None, languages: tuple[str, ...] = ("repl", "python"),
-                 worker_limits: Any = None) -> None:
+                 worker_limits: Any = None, on_event: Any = None) -> None:
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, not {mode!r}")
         self.mode: Mode = mode
@@ -110,6 +112,7 @@ class Runtime:
         self.max_output_bytes = max_output_bytes
         self.shadow_limits = shadow_limits
         self.languages = tuple(languages)
+        self.on_event = on_event
         self._id = next(_runtime_ids)
         self._turns = 0
         self._lock: anyio.Lock | None = None
@@ -160,7 +163,7 @@ class _Turn:
         self.rt = runtime
         self.exact_source = exact_source
         self.turn_id = turn_id
-        self.trace = Trace()
+        self.trace = Trace(listener=runtime.on_event)
         self.stats = TurnStats()
         self.cells: list[Any] = []
         self.shadow: Any = None

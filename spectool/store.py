@@ -295,8 +295,15 @@ class Store:
         else:
             occ = self._real_pos[k]
             self._real_pos[k] += 1
+            bet = None if occ < len(fifo) else next(
+                (b for b in self._bets if b.tool is tool and b.key == key), None)
             if occ < len(fifo):
                 entry = fifo[occ]
+            elif bet is not None:  # the real run got here before the shadow adopted the bet
+                self._bets.remove(bet)
+                self._place(bet, k, occ)
+                self.trace.add("adopt", tool=tool.name, occurrence=occ, by="real")
+                entry = bet
             else:
                 entry = Entry(tool, args, kwargs, key, "real", self.trace.now())
                 self._place(entry, k, occ)

@@ -33,8 +33,10 @@ class Event:
 class Trace:
     """Timestamped events of one turn."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter,
+                 listener: Callable[[Event], None] | None = None) -> None:
         self._clock = clock
+        self._listener = listener
         self.t0 = clock()
         self.events: list[Event] = []
 
@@ -44,6 +46,8 @@ class Trace:
     def add(self, kind: str, **data: Any) -> Event:
         event = Event(self.now(), kind, data)
         self.events.append(event)
+        if self._listener is not None:
+            self._listener(event)
         return event
 
     def of(self, kind: str) -> list[Event]:

@@ -90,6 +90,29 @@ async def test_spec_tail_bet_launches_before_the_line_ends(anyio_backend):
 
 
 @pytest.mark.anyio
+async def test_spec_tail_bet_invalidated_by_a_later_token_is_withdrawn(anyio_backend):
+    if not _tail_peeking_available():
+        pytest.skip("the shadow's peek_tail returns no bets yet")
+    started, cancelled = anyio.Event(), []
+
+    @spectool.tool(speculate="pure")
+    async def q(x: int) -> int:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.append(x)
+
+    rt = spectool.Runtime([q], mode="spec")
+    stream = GatedStream("```repl\nv = q(1)", started, " if False else 3\nprint(v)\n```\n")
+    with anyio.fail_after(20):
+        res = await rt.run(stream)
+    assert res.error is None and res.stdout == "3\n"
+    assert cancelled == [1] and res.stats.withdrawn == 1 and res.stats.evicted == 1
+    assert res.stats.hits == res.stats.misses == 0
+
+
+@pytest.mark.anyio
 async def test_lazy_real_run_does_not_wait_for_the_shadow(anyio_backend):
     gate = anyio.Event()
     log = []
