@@ -40,17 +40,19 @@ ROW_SUM_ATOL = 1e-3
 def _check_prob_rows(name: str, probs: torch.Tensor) -> None:
     if not probs.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got dtype {probs.dtype}")
-    if torch.isnan(probs).any():
-        raise ValueError(f"{name} contains NaN")
-    if (probs < 0).any():
-        raise ValueError(f"{name} contains negative probabilities")
     if probs.numel() == 0:
         return
-    sums = probs.sum(dim=-1, dtype=torch.float64)  # [...]
-    worst = (sums - 1.0).abs().max().item()
-    if not worst <= ROW_SUM_ATOL:  # also catches +inf rows
+    # Two reductions, one host sync: min entry (NaN propagates) and the worst row sum.
+    lowest = probs.amin().double()  # []
+    worst = (probs.sum(dim=-1, dtype=torch.float64) - 1.0).abs().amax()  # []
+    lowest_v, worst_v = torch.stack([lowest, worst]).tolist()
+    if lowest_v != lowest_v or worst_v != worst_v:  # NaN
+        raise ValueError(f"{name} contains NaN")
+    if lowest_v < 0:
+        raise ValueError(f"{name} contains negative probabilities")
+    if not worst_v <= ROW_SUM_ATOL:  # also catches +inf rows
         raise ValueError(
-            f"{name} rows must sum to 1 (within {ROW_SUM_ATOL}); worst row is off by {worst:.3g}"
+            f"{name} rows must sum to 1 (within {ROW_SUM_ATOL}); worst row is off by {worst_v:.3g}"
         )
 
 
@@ -92,9 +94,12 @@ def validate_inputs(
             f"!= batch size of draft_tokens ({draft_tokens.shape[0]})"
         )
     _check_prob_rows("target_probs", target_probs)
-    if k and ((draft_tokens < 0).any() or (draft_tokens >= vocab).any()):
-        bad = draft_tokens[(draft_tokens < 0) | (draft_tokens >= vocab)].flatten()[0].item()
-        raise ValueError(f"draft token {bad} is out of range for a vocabulary of size {vocab}")
+    if k:
+        lo, hi = torch.aminmax(draft_tokens)
+        lo_v, hi_v = int(lo), int(hi)
+        if lo_v < 0 or hi_v >= vocab:
+            bad = lo_v if lo_v < 0 else hi_v
+            raise ValueError(f"draft token {bad} is out of range for a vocabulary of size {vocab}")
     if draft_probs is None:
         return
     if not isinstance(draft_probs, torch.Tensor):

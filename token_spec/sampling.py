@@ -100,33 +100,37 @@ def warp(
         raise ValueError("logits must be a floating-point torch.Tensor")
     if logits.dim() == 0 or logits.shape[-1] == 0:
         raise ValueError(f"logits must have a non-empty last (vocabulary) dimension, got shape {tuple(logits.shape)}")
-    if torch.isnan(logits).any():
-        raise ValueError("logits contain NaN")
-    if (logits == math.inf).any():
-        raise ValueError("logits contain +inf")
-    if (logits == -math.inf).all(dim=-1).any():
-        raise ValueError("a row of logits is entirely -inf (no token has positive probability)")
-
     dtype = torch.promote_types(logits.dtype, MIN_PROB_DTYPE)
     x = logits.to(dtype)  # [..., V]
     vocab = x.shape[-1]
+
+    # One reduction validates every row: the row max is NaN if the row holds a NaN,
+    # +inf if it holds +inf, and -inf if every logit is -inf.
+    row_max = x.amax(dim=-1, keepdim=True)  # [..., 1]
+    if not bool(torch.isfinite(row_max).all()):
+        if torch.isnan(x).any():
+            raise ValueError("logits contain NaN")
+        if (x == math.inf).any():
+            raise ValueError("logits contain +inf")
+        raise ValueError("a row of logits is entirely -inf (no token has positive probability)")
 
     if temperature == 0:
         # Greedy: one-hot at argmax (torch.argmax returns the first maximal index).
         best = x.argmax(dim=-1, keepdim=True)  # [..., 1]
         return torch.zeros_like(x).scatter_(-1, best, 1.0)
 
-    x = x / temperature
+    x = (x - row_max) / temperature  # shift first: exp() below cannot overflow
 
     if 0 < top_k < vocab:
         # Keep logits >= the k-th largest (ties at the boundary are all kept).
         kth = torch.topk(x, top_k, dim=-1).values[..., -1:]  # [..., 1]
         x = x.masked_fill(x < kth, -math.inf)
 
-    # softmax(x) = exp(x - max x) / sum exp(x - max x); -inf logits give exactly 0.
-    # Written out with elementwise ops: on small rows torch.softmax dispatches to a
-    # thread pool whose start-up dominates (and explodes on a loaded machine).
-    shifted = (x - x.amax(dim=-1, keepdim=True)).exp()  # [..., V]
+    # softmax(x) = exp(x - max x) / sum exp(x - max x); x is already shifted so its row
+    # max is 0 (top-k keeps the max); -inf logits give exactly 0. Written out with
+    # elementwise ops: on small rows torch.softmax dispatches to a thread pool whose
+    # start-up dominates (and explodes on a loaded machine).
+    shifted = x.exp()  # [..., V]
     probs = shifted / shifted.sum(dim=-1, keepdim=True)  # [..., V]
 
     if top_p < 1.0:

@@ -57,10 +57,10 @@ class MarkovLM:
     def sequence_probs(self, prompt_ids: Sequence[int], length: int, params: SamplingParams) -> dict[tuple[int, ...], float]:
         """Exact probability of every continuation of `length` tokens under warp(params)."""
         start = len(prompt_ids) - 1  # index of the last prompt token
-        rows = [
-            warp(self.logits[(start + i) % self.period], params.temperature, params.top_k, params.top_p).double()
-            for i in range(length)
-        ]  # each [V, V]: rows[i][prev, next]
+        rows = []  # each [V, V]: rows[i][prev, next], renormalised in float64
+        for i in range(length):
+            row = warp(self.logits[(start + i) % self.period], params.temperature, params.top_k, params.top_p).double()
+            rows.append(row / row.sum(dim=-1, keepdim=True))
         out: dict[tuple[int, ...], float] = {}
         for seq in itertools.product(range(self.vocab_size), repeat=length):
             prob, prev = 1.0, int(prompt_ids[-1])
