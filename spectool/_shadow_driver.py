@@ -40,7 +40,8 @@ _END = object()
 
 def tool_infos(tools: Mapping[str, Any]) -> dict[str, Any]:
     from .shadow import ToolInfo
-    return {name: ToolInfo(name=t.name, speculate=t.speculate, signature=t.signature)
+    return {name: ToolInfo(name=t.name, speculate=t.speculate, signature=t.signature,
+                           batched_of=t.batched_of)
             for name, t in tools.items()}
 
 

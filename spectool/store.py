@@ -280,6 +280,9 @@ class Store:
             self.stats.calls += 1
             self.trace.add("call", tool=tool.name)
             return await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes)
+        if tool.batched_of is not None and tool.batched_of in self.tools and args \
+                and isinstance(args[0], (list, tuple)):
+            return await self._call_batched(tool, args, kwargs)
         key = canonical_key(tool, args, kwargs)
         if key is None:
             self._nokey_calls += 1
@@ -288,34 +291,115 @@ class Store:
             return await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes,
                                   idempotency_key=f"{self.turn_id}:{tool.name}:"
                                                   f"nokey{self._nokey_calls}")
+        entry, fresh = self._entry_for_real_call(tool, args, kwargs, key)
+        if fresh:
+            return await self._run_inline(entry, "miss")
+        if self._promote(entry):
+            return await self._run_inline(entry, "promoted")
+        return await self._claim(entry)
+
+    def _entry_for_real_call(self, tool: Any, args: tuple, kwargs: dict,
+                             key: str) -> tuple[Entry, bool]:
+        """The entry of the real run's next occurrence of a key; (entry, fresh=miss)."""
         k = (tool.name, key)
         fifo = self._fifo[k]
         if tool.deterministic and fifo:
-            entry = fifo[0]
-        else:
-            occ = self._real_pos[k]
-            self._real_pos[k] += 1
-            bet = None if occ < len(fifo) else next(
-                (b for b in self._bets if b.tool is tool and b.key == key), None)
-            if occ < len(fifo):
-                entry = fifo[occ]
-            elif bet is not None:  # the real run got here before the shadow adopted the bet
-                self._bets.remove(bet)
-                self._place(bet, k, occ)
-                self.trace.add("adopt", tool=tool.name, occurrence=occ, by="real")
-                entry = bet
+            return fifo[0], False
+        occ = self._real_pos[k]
+        self._real_pos[k] += 1
+        if occ < len(fifo):
+            return fifo[occ], False
+        bet = next((b for b in self._bets if b.tool is tool and b.key == key), None)
+        if bet is not None:  # the real run got here before the shadow adopted the bet
+            self._bets.remove(bet)
+            self._place(bet, k, occ)
+            self.trace.add("adopt", tool=tool.name, occurrence=occ, by="real")
+            return bet, False
+        entry = Entry(tool, args, kwargs, key, "real", self.trace.now())
+        self._place(entry, k, occ)
+        entry.claimed = True
+        return entry, True
+
+    def _promote(self, entry: Entry) -> bool:
+        """A real call takes over a speculation still waiting for budget (priority)."""
+        if entry.state is not EntryState.PENDING or entry.claimed:
+            return False
+        entry.claimed = entry.promoted = True
+        entry.scope.cancel()
+        if entry.ticket is not None:
+            self.budget.release(entry.ticket)
+        return True
+
+    async def _call_batched(self, tool: Any, args: tuple, kwargs: dict) -> list:
+        """A batched tool: each element claims its element-tool speculation; the
+        elements that miss go to one call of the batched tool, in order."""
+        target = self.tools[tool.batched_of]
+        items, rest = list(args[0]), tuple(args[1:])
+        n = len(items)
+        results: list[Any] = [None] * n
+        errors: list[BaseException | None] = [None] * n
+        hits: list[tuple[int, Entry]] = []
+        missing: list[tuple[int, Entry | None]] = []
+        for i, item in enumerate(items):
+            key = None
+            if target.speculatable:
+                try:
+                    eargs, ekw = target.validate((item, *rest), dict(kwargs))
+                    key = canonical_key(target, eargs, ekw)
+                except ToolArgumentError:
+                    key = None
+            if key is None:
+                missing.append((i, None))
+                continue
+            entry, fresh = self._entry_for_real_call(target, eargs, ekw, key)
+            if fresh or self._promote(entry):
+                entry.state = EntryState.RUNNING
+                entry.t_start = self.trace.now()
+                missing.append((i, entry))
             else:
-                entry = Entry(tool, args, kwargs, key, "real", self.trace.now())
-                self._place(entry, k, occ)
-                entry.claimed = True
-                return await self._run_inline(entry, "miss")
-        if entry.state is EntryState.PENDING and not entry.claimed:
-            entry.claimed = entry.promoted = True  # real calls never wait for budget
-            entry.scope.cancel()
-            if entry.ticket is not None:
-                self.budget.release(entry.ticket)
-            return await self._run_inline(entry, "promoted")
-        return await self._claim(entry)
+                hits.append((i, entry))
+
+        async def claim(i: int, entry: Entry) -> None:
+            try:
+                results[i] = await self._claim(entry)
+            except Exception as exc:
+                errors[i] = exc
+
+        async def run_missing() -> None:
+            self.stats.misses += len(missing)
+            self.trace.add("claim_miss", tool=target.name, reason="batched",
+                           count=len(missing), via=tool.name)
+            try:
+                values = await tool.run(([items[i] for i, _ in missing], *rest), kwargs,
+                                        max_output_bytes=self.max_output_bytes)
+                if not isinstance(values, (list, tuple)) or len(values) != len(missing):
+                    raise ToolError(f"{tool.name}() returned {type(values).__name__} "
+                                    f"of the wrong length for {len(missing)} items", tool=tool.name)
+                for (i, entry), value in zip(missing, values):
+                    results[i] = value
+                    if entry is not None:
+                        entry.value = value
+            except Exception as exc:
+                for i, entry in missing:
+                    errors[i] = exc
+                    if entry is not None:
+                        entry.error = exc
+            finally:
+                for _, entry in missing:
+                    if entry is not None:
+                        entry.t_done = self.trace.now()
+                        entry.state = EntryState.CLAIMED
+                        entry.done.set()
+
+        async with anyio.create_task_group() as tg:
+            if missing:
+                tg.start_soon(run_missing)
+            for i, entry in hits:
+                tg.start_soon(claim, i, entry)
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+        return results
 
     async def _claim(self, entry: Entry) -> Any:
         entry.claimed = True

@@ -14,6 +14,12 @@ A tool is a sync or async callable the cell code can call. Its speculation polic
     the occurrence of the call and its canonical arguments, so the speculative and the
     real call of one occurrence send the same key.
 
+``batched_of="llm_query"`` declares a batched tool: its first argument is a list and
+calling it equals calling the named tool once per element (``(item, *rest), **kwargs``)
+in order. The shadow then speculates element calls of the named tool, and the real
+call takes each element's speculation and calls the batched tool once with the
+elements that missed.
+
 Arguments are validated with pydantic from the signature (``validate``); a failure
 raises :class:`~spectool.errors.ToolArgumentError` naming the argument. A decorated
 function stays directly callable like the original (no validation, no runtime).
@@ -44,7 +50,8 @@ class Tool:
     def __init__(self, fn: Callable[..., Any], *, speculate: Speculate = "never",
                  deterministic: bool = False, timeout: float | None = None,
                  max_output_bytes: int | None = None,
-                 cancel: Callable[..., Any] | None = None, name: str | None = None) -> None:
+                 cancel: Callable[..., Any] | None = None, name: str | None = None,
+                 batched_of: str | None = None) -> None:
         if speculate not in _POLICIES:
             raise ValueError(f"speculate must be one of {_POLICIES}, not {speculate!r}")
         if timeout is not None and timeout <= 0:
@@ -60,6 +67,7 @@ class Tool:
         self.timeout = timeout
         self.max_output_bytes = max_output_bytes
         self.cancel = cancel
+        self.batched_of = batched_of
         self.is_async = inspect.iscoroutinefunction(fn)
         full = inspect.signature(fn)
         params = full.parameters
@@ -165,13 +173,14 @@ class Tool:
 def tool(fn: Callable[..., Any] | None = None, *, speculate: Speculate = "never",
          deterministic: bool = False, timeout: float | None = None,
          max_output_bytes: int | None = None, cancel: Callable[..., Any] | None = None,
-         name: str | None = None) -> Any:
+         name: str | None = None, batched_of: str | None = None) -> Any:
     """Declare a tool: ``@tool`` or ``@tool(speculate="pure", timeout=30)``."""
     def wrap(f: Callable[..., Any]) -> Tool:
         if isinstance(f, Tool):
             f = f.fn
         return Tool(f, speculate=speculate, deterministic=deterministic, timeout=timeout,
-                    max_output_bytes=max_output_bytes, cancel=cancel, name=name)
+                    max_output_bytes=max_output_bytes, cancel=cancel, name=name,
+                    batched_of=batched_of)
     return wrap(fn) if fn is not None else wrap
 
 

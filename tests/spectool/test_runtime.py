@@ -188,3 +188,40 @@ async def test_runtime_rejects_bad_configuration(anyio_backend):
     await rt.aclose()
     with pytest.raises(spectool.RuntimeClosedError):
         await rt.run_cell("x = 1")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["baseline", "spec"])
+async def test_batched_tool_claims_element_speculations(anyio_backend, mode):
+    element_runs, batch_calls = [], []
+
+    @spectool.tool(speculate="pure")
+    async def llm_query(prompt: str) -> str:
+        element_runs.append(prompt)
+        await anyio.lowlevel.checkpoint()
+        return prompt.upper()
+
+    @spectool.tool(speculate="pure", batched_of="llm_query")
+    async def llm_query_batched(prompts: list[str]) -> list[str]:
+        batch_calls.append(list(prompts))
+        return [p.upper() for p in prompts]
+
+    @spectool.tool
+    def note(msg: str) -> str:
+        return msg + "!"
+
+    rt = spectool.Runtime([llm_query, llm_query_batched, note], mode=mode)
+    stream = chunks(fenced("prompts = [f'p{i}' for i in range(3)]\n"
+                           "x = note('n')\n"
+                           "out = llm_query_batched(prompts + [x])\n"
+                           "one = llm_query('p1')\n"), 4)
+    with anyio.fail_after(20):
+        res = await rt.run(stream)
+    assert res.error is None
+    assert res.namespace["out"] == ["P0", "P1", "P2", "N!"] and res.namespace["one"] == "P1"
+    if mode == "baseline":
+        assert batch_calls == [["p0", "p1", "p2", "n!"]] and element_runs == ["p1"]
+    else:   # the shadow may or may not have reached each element before the real run
+        assert sum(len(b) for b in batch_calls) + len(element_runs) - 1 >= 4
+        assert all(b[-1] == "n!" for b in batch_calls) and len(batch_calls) == 1
+        assert res.stats.hits + res.stats.misses == 5
