@@ -41,6 +41,7 @@ from .simulated import (SIMULATED, DecodingModel, SimulatedRootModel, SimulatedS
 
 MODES = ("baseline", "lazy", "spec")
 DECODINGS = ("vanilla", "speculative")
+_ORDER = DECODINGS + ("real",)  # "real": root model is a real (litellm) model
 GUIDE_TEXT = ("Labelling guide: read each line's instance text and pick the single best "
               "label from the list; never skip a line.\n")
 
@@ -62,6 +63,8 @@ class BenchConfig:
     alpha: float = 0.12
     root_model: str | None = None
     sub_model: str | None = None
+    model_kwargs: dict | None = None  # extra litellm arguments (api_base, api_key, ...)
+    max_questions: int | None = None  # real root model: questions per window (default all)
     max_turns: int = 6
     progress: bool = True
     plots: bool = True
@@ -107,6 +110,11 @@ def make_workload(cfg: BenchConfig, seed: int) -> list[EpisodeSpec]:
     for L in cfg.context_tokens:
         window = generate_window(cfg.dataset, L, seed)
         rng = random.Random(f"workload:{cfg.dataset}:{L}:{seed}")
+        if cfg.root_model is not None:  # a real root model writes its own programs
+            for q in window.questions[:cfg.max_questions]:
+                episodes.append(EpisodeSpec(f"s{seed}-{L // 1024}K-{q.task}-{len(episodes)}",
+                                            window, q, "model-written", None, 0.0, seed))
+            continue
         labelled = [q for q in window.questions if q.needs_labels]
         free = [q for q in window.questions if not q.needs_labels]
         rng.shuffle(labelled)
@@ -142,14 +150,14 @@ async def _run_episode(cfg: BenchConfig, ep: EpisodeSpec, mode: str, decoding: s
                                        seed=ep.seed, time_scale=scale, name=f"simulated-{ep.eid}")
         turn_of = lambda: root.turn  # noqa: E731
     else:
-        root = spectool_agents.LiteLLMModel(cfg.root_model)
+        root = spectool_agents.LiteLLMModel(cfg.root_model, **(cfg.model_kwargs or {}))
         turn_of = lambda: 0  # noqa: E731
     if cfg.sub_model is None:
         sub: Any = SimulatedSubModel(server, ep.window.label_of, ep.window.labels,
                                      accuracy=cfg.accuracy, seed=ep.seed, episode=ep.eid,
                                      turn_of=turn_of)
     else:
-        sub = spectool_agents.LiteLLMSubModel(cfg.sub_model)
+        sub = spectool_agents.LiteLLMSubModel(cfg.sub_model, **(cfg.model_kwargs or {}))
 
     @spectool.tool(speculate="never", name="labelling_guide")
     async def labelling_guide() -> str:
@@ -293,7 +301,7 @@ def summarise(cfg: BenchConfig, runs: list[dict[str, Any]],
     for run in runs:
         groups[(run["decoding"], run["concurrency"], run["mode"])].append(run)
     for (dec, conc, mode), rs in sorted(groups.items(), key=lambda kv: (
-            DECODINGS.index(kv[0][0]), kv[0][1], MODES.index(kv[0][2]))):
+            _ORDER.index(kv[0][0]), kv[0][1], MODES.index(kv[0][2]))):
         base = groups.get((dec, conc, "baseline"))
         eps = [e for r in rs for e in r["episodes"]]
         speedups = []
@@ -329,7 +337,7 @@ def summarise(cfg: BenchConfig, runs: list[dict[str, Any]],
         for e in run["episodes"]:
             by_shape[(run["decoding"], e["shape"])][run["mode"]].append(e)
     for (dec, shape), per_mode in sorted(by_shape.items(), key=lambda kv: (
-            DECODINGS.index(kv[0][0]), SHAPES.index(kv[0][1]))):
+            _ORDER.index(kv[0][0]), _shape_order(kv[0][1]))):
         row: dict[str, Any] = {"decoding": dec, "shape": shape}
         b = sum(e["t_total"] for e in per_mode.get("baseline", []))
         for mode in MODES:
@@ -368,6 +376,10 @@ def _checks(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str,
                             "ge_90pct_of_oracle": None if r["pct_of_oracle"] is None
                             else r["pct_of_oracle"] >= 90.0})
     return {"scores_identical_across_modes": identical, "targets": targets}
+
+
+def _shape_order(shape: str) -> int:
+    return SHAPES.index(shape) if shape in SHAPES else len(SHAPES)
 
 
 def _fmt(v, spec=".2f"):
@@ -441,6 +453,10 @@ async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     if cfg.simulated:
         await _warm_up(cfg)
+    else:  # the first litellm import takes seconds: keep it out of the timed runs
+        from spectool_agents.models import import_litellm
+
+        await anyio.to_thread.run_sync(import_litellm)
     try:
         for seed, rep, dec, conc, mode in plan:
             if bar is not None:
@@ -454,6 +470,10 @@ async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
     finally:
         if bar is not None:
             bar.close()
+        if not cfg.simulated:
+            from spectool_agents.models import aclose_litellm
+
+            await aclose_litellm()
     _label_waste(runs)
     oracle: dict[tuple, float | None] = {}
     for run in runs:
@@ -470,7 +490,8 @@ async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
                                                    "sub": cfg.sub_model or SIMULATED},
         "time_unit": "simulated seconds" if cfg.simulated else "seconds",
         "scorer": "official OOLONG-synth (Pairs: set F1); lenient also reported",
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()
+                   if k != "model_kwargs"},
         "summary": summary, "runs": runs, "host_wall_s": time.perf_counter() - t0,
     }
     out = Path(cfg.out)

@@ -4,6 +4,7 @@
                           [--repeats N] [--seed S ...] [--context-tokens 8192 ...]
                           [--decoding vanilla speculative] [--shapes ...]
                           [--root-model LITELLM_MODEL] [--sub-model LITELLM_MODEL]
+                          [--api-base URL] [--api-key KEY]
                           [--time-scale X] [--no-plots] [--no-progress]
 
 Without model strings the benchmark runs on the embedded **simulated** models
@@ -79,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="simulated sub-model: probability each label is right")
     oo.add_argument("--root-model", default=None, help="litellm model string for the root model")
     oo.add_argument("--sub-model", default=None, help="litellm model string for the sub-model")
+    oo.add_argument("--max-questions", type=_positive_int, default=None,
+                    help="with --root-model: questions per window (default: all)")
+    oo.add_argument("--api-base", default=None,
+                    help="OpenAI-compatible base URL for the litellm models (e.g. a vLLM server)")
+    oo.add_argument("--api-key", default=None,
+                    help="API key for the litellm models (default: the provider's env variable)")
     oo.add_argument("--time-scale", type=_positive_float, default=None,
                     help="real seconds per simulated second (default 0.1; 1.0 with real models)")
     oo.add_argument("--max-turns", type=_positive_int, default=6)
@@ -106,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
             shapes=tuple(dict.fromkeys(args.shapes)), accuracy=args.accuracy,
             time_scale=args.time_scale or (1.0 if real else 0.1),
             root_model=args.root_model, sub_model=args.sub_model, max_turns=args.max_turns,
+            max_questions=args.max_questions,
+            model_kwargs={k: v for k, v in (("api_base", args.api_base),
+                                            ("api_key", args.api_key)) if v} or None,
             progress=not args.no_progress, plots=not args.no_plots)
         try:
             cfg.validate()

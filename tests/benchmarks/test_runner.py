@@ -110,3 +110,45 @@ def test_cli_bad_args(args, capsys):
         main(["bench", "oolong", *args])
     assert exc.value.code == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_real_models_through_litellm(tmp_path, capsys):
+    """--root-model/--sub-model go through the agents' litellm adapters (a local
+    OpenAI-compatible stub on 127.0.0.1 started here; nothing reaches the network)."""
+    import re
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
+    from openai_stub import OpenAIStub
+
+    from benchmarks.oolong import generate_window
+    from benchmarks.simulated import instance_texts
+
+    window = generate_window("trec_coarse", 1024, 0)
+
+    def reply(body):
+        text = body["messages"][-1]["content"]
+        if body["model"] == "root":
+            if sum(m["role"] == "assistant" for m in body["messages"]) == 0:
+                return ('```repl\nrows = [l for l in context.split("\\n") if "Instance:" in l]\n'
+                        'out = llm_query("Label:\\n" + "\\n".join(rows))\nprint(out[:40])\n```')
+            return "```repl\nFINAL('Answer: ' + str(len(out.split(chr(10)))))\n```"
+        return "\n".join(window.label_of[t] for t in instance_texts(text))
+
+    with OpenAIStub(reply, max_requests=40) as stub:
+        rc = main(["bench", "oolong", "--out", str(tmp_path), "--modes", "baseline", "spec",
+                   "--concurrency", "1", "--context-tokens", "1K", "--shapes", "batched",
+                   "--root-model", "openai/root", "--sub-model", "openai/sub", "--max-questions", "2",
+                   "--api-base", stub.api_base, "--api-key", "sk-dummy-local",
+                   "--no-progress", "--no-plots"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "root=openai/root sub=openai/sub" in out
+    data = json.loads((tmp_path / "oolong.json").read_text())
+    assert data["models"] == {"root": "openai/root", "sub": "openai/sub"}
+    assert "sk-dummy" not in (tmp_path / "oolong.json").read_text()
+    answers = {r["mode"]: [e["answer"] for e in r["episodes"]] for r in data["runs"]}
+    assert answers["baseline"] == answers["spec"] and len(answers["spec"]) == 2
+    assert all(re.fullmatch(r"Answer: \d+", a) for a in answers["baseline"])
+    assert {e["shape"] for r in data["runs"] for e in r["episodes"]} == {"model-written"}
