@@ -1,0 +1,85 @@
+"""token_spec: lossless speculative decoding.
+
+A drafter proposes γ tokens, the target scores them in one forward pass, and
+rejection sampling (``verify``) keeps the emitted sequence distributed exactly as the
+target's (Leviathan et al. 2023; Chen et al. 2023)::
+
+    import token_spec
+
+    out = token_spec.verify(target_probs, draft_tokens, draft_probs)   # 1..k+1 tokens
+
+    target = token_spec.load_target()                     # SmolLM2-135M-Instruct, offline
+    decoder = token_spec.SpeculativeDecoder(target, token_spec.NgramDrafter())
+    async for text in decoder.stream("Write a haiku", token_spec.SamplingParams()):
+        print(text, end="")
+
+The pure pieces (sampling, sampler, gamma, relaxed, rounds) import only torch; the
+model-backed names (``load_target``, the decoders, the drafters, ``load_draft``) are
+imported on first use so that ``import token_spec`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from .gamma import AdaptiveGamma, FixedGamma, GammaPolicy  # noqa: E402
+from .relaxed import RelaxedResult, RelaxedVerifier, verify_relaxed  # noqa: E402
+from .rounds import speculative_ids, vanilla_ids  # noqa: E402
+from .sampler import verify  # noqa: E402
+from .sampling import SamplingParams, sample, warp  # noqa: E402
+
+# name -> submodule, imported on first attribute access (PEP 562)
+_LAZY = {
+    "load_target": "target",
+    "Target": "target",
+    "TargetUnavailable": "target",
+    "SpeculativeDecoder": "engine",
+    "VanillaDecoder": "engine",
+    "Generation": "engine",
+    "Draft": "drafters",
+    "Drafter": "drafters",
+    "NgramDrafter": "drafters",
+    "SuffixDrafter": "drafters",
+    "ModelDrafter": "drafters",
+    "CausalLM": "models",
+    "LMSession": "models",
+    "HFCausalLM": "models",
+    "SpecMetrics": "metrics",
+    "MetricsBook": "metrics",
+    "load_draft": "draft_model",
+    "DraftModel": "draft_model",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'token_spec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "verify",
+    "warp",
+    "sample",
+    "SamplingParams",
+    "GammaPolicy",
+    "FixedGamma",
+    "AdaptiveGamma",
+    "verify_relaxed",
+    "RelaxedVerifier",
+    "RelaxedResult",
+    "speculative_ids",
+    "vanilla_ids",
+    *_LAZY,
+]
