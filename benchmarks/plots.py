@@ -31,8 +31,9 @@ def _title_label(report: dict[str, Any]) -> str:
 
 def plot_walltime(report: dict[str, Any], path: Path) -> Path:
     rows = report["summary"]["rows"]
+    order = ("vanilla", "speculative", "real")
     groups = sorted({(r["decoding"], r["concurrency"]) for r in rows},
-                    key=lambda g: (g[0], g[1]))
+                    key=lambda g: (order.index(g[0]) if g[0] in order else 9, g[1]))
     modes = [m for m in ("baseline", "lazy", "spec") if any(r["mode"] == m for r in rows)]
     fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(groups)), 4.2))
     width = 0.8 / max(len(modes), 1)
