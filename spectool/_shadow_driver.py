@@ -84,8 +84,8 @@ class ShadowDriver:
         self.failed = False
 
     # -- fed by the runtime (never blocks) -----------------------------------------
-    def feed_statement(self, source: str) -> None:
-        self._put(("statement", source))
+    def feed_statement(self, source: str, tree: Any = None) -> None:
+        self._put(("statement", (source, tree)))
 
     def feed_tail(self, tail: str) -> None:
         self._put(("tail", tail))
@@ -125,7 +125,7 @@ class ShadowDriver:
                     kind, text = item
                     try:
                         if kind == "statement":
-                            await self._statement(interp, text, WaitFor, Outcome)
+                            await self._statement(interp, *text, WaitFor, Outcome)
                         elif self._recv.statistics().current_buffer_used == 0:
                             await self._tail(interp, text)
                     except Exception as exc:  # the interpreter broke: stop shadowing
@@ -134,9 +134,17 @@ class ShadowDriver:
                     await anyio.lowlevel.checkpoint()
         finally:
             self.store.withdraw_bets()
+            # a step still running in an abandoned worker thread: ask it to stop early
+            # (bounded by the shadow's Limits either way)
+            interrupt = getattr(interp, "interrupt", None)
+            if callable(interrupt):
+                interrupt()
 
-    async def _statement(self, interp: Any, source: str, WaitFor: Any, Outcome: Any) -> None:
-        gen = interp.run_statement(source)   # a generator: creating it runs nothing
+    async def _statement(self, interp: Any, source: str, tree: Any, WaitFor: Any,
+                         Outcome: Any) -> None:
+        # a generator: creating it runs nothing
+        gen = (interp.run_statement(source) if tree is None
+               else interp.run_statement(source, tree=tree))
         request = await _in_thread(_step, gen, None)
         while request is not _END:
             if isinstance(request, WaitFor):

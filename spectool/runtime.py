@@ -167,7 +167,7 @@ class _Turn:
         self.stats = TurnStats()
         self.cells: list[Any] = []
         self.shadow: Any = None
-        self._pending_statements: list[str] = []
+        self._pending_statements: list[tuple[str, Any]] = []
 
     async def run(self, stream: Any) -> TurnResult:
         rt = self.rt
@@ -212,8 +212,8 @@ class _Turn:
             if stream_error is None:
                 if rt.mode == "lazy":
                     for cell in self.cells:
-                        for stmt in cell[1]:
-                            self.shadow.feed_statement(stmt)
+                        for source, tree in cell[1]:
+                            self.shadow.feed_statement(source, tree)
                     self.shadow.finish()
                     tg.start_soon(self._run_shadow, shadow_scope)
                 t0 = self.trace.now()
@@ -255,9 +255,9 @@ class _Turn:
         for ev in events:
             if isinstance(ev, StatementClosed):
                 self.trace.add("statement", cell=ev.cell, index=ev.index, lineno=ev.lineno)
-                self._pending_statements.append(ev.source)
+                self._pending_statements.append((ev.source, getattr(ev, "tree", None)))
                 if spec:
-                    self.shadow.feed_statement(ev.source)
+                    self.shadow.feed_statement(ev.source, getattr(ev, "tree", None))
             elif isinstance(ev, TailChanged):
                 if spec:
                     self.shadow.feed_tail(ev.tail)
