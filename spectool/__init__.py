@@ -13,6 +13,11 @@ runs the tool as the baseline would. See ``Runtime``.
     runtime = spectool.Runtime(tools=[llm_query], mode="spec")
     result = await runtime.run(stream)   # async iterable of text deltas
     result.namespace, result.stdout, result.error, result.stats
+
+Modules: ``tools`` (decorator), ``store`` (speculation store and budget),
+``executor`` / ``subprocess_executor`` (real executors), ``runtime`` (wiring),
+``trace`` (events and stats), ``errors`` (exception tree), and the pure stages
+``segmenter``, ``shadow``, ``keys``.
 """
 
 from .errors import (
@@ -30,6 +35,7 @@ from .errors import (
 )
 from .runtime import CellResult, Runtime, TurnResult
 from .store import Budget, EntryState
+from .subprocess_executor import Opaque, WorkerLimits
 from .tools import Tool, tool
 from .trace import Event, Trace, TurnStats
 
@@ -44,6 +50,8 @@ __all__ = [
     "Event",
     "Budget",
     "EntryState",
+    "WorkerLimits",
+    "Opaque",
     "SpecToolError",
     "ToolError",
     "ToolArgumentError",

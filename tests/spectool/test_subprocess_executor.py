@@ -117,16 +117,28 @@ def test_allow_list_unpickler_refuses_code():
 
 
 @pytest.mark.anyio
-async def test_runtime_with_subprocess_executor(anyio_backend):
+@pytest.mark.parametrize("mode", ["baseline", "spec"])
+async def test_runtime_with_subprocess_executor(anyio_backend, mode):
     seen = []
 
     @spectool.tool(speculate="pure")
     async def double(x: int) -> int:
         seen.append(x)
+        await anyio.lowlevel.checkpoint()
         return 2 * x
 
-    async with spectool.Runtime([double], mode="baseline", executor="subprocess",
+    async def paced(text):
+        for i in range(0, len(text), 5):
+            yield text[i:i + 5]
+            await anyio.sleep(0.001)
+
+    async with spectool.Runtime([double], mode=mode, executor="subprocess",
                                 namespace={"n": 4}) as rt:
-        res = await rt.run_cell("m = double(n)\nprint(m)\n")
-        assert res.error is None and res.stdout == "8\n" and res.namespace["m"] == 8
-        assert seen == [4] and res.stats.misses == 1
+        res = await rt.run(paced("```repl\nm = double(n)\nk = double(m)\nprint(m, k)\n```\n"))
+        assert res.error is None and res.stdout == "8 16\n"
+        assert res.namespace == {"n": 4, "m": 8, "k": 16}
+        assert sorted(seen) == [4, 8] and res.stats.hits + res.stats.misses == 2
+        if mode == "baseline":
+            assert res.stats.misses == 2
+        res = await rt.run_cell("def f():\n    return m\nz = f() + 1\n")
+        assert res.namespace["z"] == 9 and isinstance(res.namespace["f"], Opaque)
