@@ -7,7 +7,8 @@ resource limits.
 
 A cell runs in a worker thread (``anyio.to_thread.run_sync``) so the event loop keeps
 serving speculations and the stream. Each tool name in the namespace is a sync proxy
-that calls back into the event loop (``anyio.from_thread.run``) to claim-or-call the
+that calls back into the event loop (``anyio.from_thread.run`` with the loop's token,
+so threads the cell starts itself may call tools too) to claim-or-call the
 speculation store. ``print`` is captured per cell by a ``print`` injected into the
 namespace's ``__builtins__`` (the process-wide ``sys.stdout`` is never redirected, so
 ``sys.stdout.write`` in a cell goes to the real stdout). A cell that does not parse
@@ -31,6 +32,7 @@ from typing import Any, Awaitable, Callable, Iterable
 
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 
 __all__ = ["CellOutcome", "CellCancelled", "InProcessExecutor", "ToolCaller", "user_variables"]
@@ -52,18 +54,20 @@ class CellCancelled(BaseException):
 class _ToolProxy:
     """What the cell sees under a tool's name: a plain sync callable."""
 
-    __slots__ = ("_name", "_call", "_cancelled", "__name__")
+    __slots__ = ("_name", "_call", "_cancelled", "_token", "__name__")
 
-    def __init__(self, name: str, call: ToolCaller, cancelled: threading.Event) -> None:
+    def __init__(self, name: str, call: ToolCaller, cancelled: threading.Event,
+                 token: Any) -> None:
         self._name = name
         self._call = call
         self._cancelled = cancelled
+        self._token = token          # the event loop's token: callable from any thread
         self.__name__ = name
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._cancelled.is_set():
             raise CellCancelled(self._name)
-        return anyio.from_thread.run(self._call, self._name, args, kwargs)
+        return anyio.from_thread.run(self._call, self._name, args, kwargs, token=self._token)
 
     def __repr__(self) -> str:
         return f"<tool {self._name}>"
@@ -139,8 +143,9 @@ class InProcessExecutor:
         cell_builtins = dict(builtins.__dict__)
         cell_builtins["print"] = capture.print
         ns["__builtins__"] = cell_builtins
+        token = anyio.lowlevel.current_token()
         for name in tool_names:
-            ns[name] = _ToolProxy(name, call_tool, cancelled)
+            ns[name] = _ToolProxy(name, call_tool, cancelled, token)
 
         def work() -> BaseException | None:
             try:

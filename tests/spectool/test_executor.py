@@ -98,3 +98,15 @@ async def test_cancelled_cell_stops_at_its_next_tool_call(anyio_backend):
             await entered.wait()
             scope.cancel()
     assert scope.cancelled_caught and after == []
+
+
+@pytest.mark.anyio
+async def test_tools_callable_from_threads_the_cell_starts(anyio_backend):
+    ex = InProcessExecutor()
+    calls, call_tool = recorder()
+    src = ("import threading\nout = []\n"
+           "ts = [threading.Thread(target=lambda i=i: out.append(q(i))) for i in range(3)]\n"
+           "[t.start() for t in ts]\n[t.join() for t in ts]\n")
+    outcome = await ex.run_cell(src, ["q"], call_tool)
+    assert outcome.error is None
+    assert sorted(ex.variables()["out"]) == [("q", (0,)), ("q", (1,)), ("q", (2,))]
