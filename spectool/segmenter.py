@@ -24,9 +24,10 @@ only moments the tail can hold a newly complete call.
 
 from __future__ import annotations
 
+import ast
 import codecs
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "Segmenter",
@@ -51,6 +52,9 @@ class StatementClosed:
     index: int
     source: str  # dedented source of one complete top-level statement (ends with "\n")
     lineno: int  # 1-based line of the statement's first line within the cell
+    # the statement parsed once (pass it to ShadowInterpreter.run_statement to avoid a
+    # second parse); not part of the event's identity
+    tree: ast.Module | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,7 @@ class Segmenter:
         self._other_fence: str | None = None  # backticks of a skipped non-code fence
         self._cells = 0
         self._closed = False
+        self._head_done = False  # the current line's first word was already judged
 
     # -- public API -----------------------------------------------------------
 
@@ -205,6 +210,17 @@ class Segmenter:
         if "\r" in text:
             text = text.replace("\r", "")
         events: list[SegmentEvent] = []
+        if "\n" not in text:  # fast path: the current line grows
+            self._partial.append(text)
+            cell = self._cell
+            if cell is not None and not cell.broken:
+                if ")" in text:
+                    cell.tail_dirty = True
+                if cell.stmt_lines and cell.stmt_kind != "simple" and not self._head_done:
+                    self._close_early(cell, events)
+                if cell.tail_dirty:
+                    self._report_tail(events)
+            return events
         start = 0
         while True:
             nl = text.find("\n", start)
@@ -213,6 +229,7 @@ class Segmenter:
             self._partial.append(text[start:nl])
             line = "".join(self._partial)
             self._partial.clear()
+            self._head_done = False
             self._line(line, events)
             start = nl + 1
         rest = text[start:]
@@ -222,7 +239,7 @@ class Segmenter:
             if cell is not None and not cell.broken:
                 if ")" in rest:
                     cell.tail_dirty = True
-                if cell.stmt_lines and cell.stmt_kind != "simple":
+                if cell.stmt_lines and cell.stmt_kind != "simple" and not self._head_done:
                     self._close_early(cell, events)
         self._report_tail(events)
         return events
@@ -334,7 +351,10 @@ class Segmenter:
                 break
         if head.startswith(cell.indent):
             head = head[len(cell.indent):]
-        if not head or head[0] in " \t#`":
+        if not head:
+            return
+        if head[0] in " \t#`":
+            self._head_done = True
             return
         m = _FIRST_WORD.match(head)
         if m is None:
@@ -347,6 +367,7 @@ class Segmenter:
             word = partial_word
         else:
             word = m.group(1)
+        self._head_done = True
         if word in _CONTINUATION or (cell.stmt_kind == "decorated" and word in _DEFINITION):
             return
         self._close_statement(cell, events)
@@ -373,11 +394,11 @@ class Segmenter:
         cell.trivia = 0
         cell.stmt_kind = None
         try:
-            compile(source, "<cell>", "exec", 0x400)  # ast.PyCF_ONLY_AST: parse only
+            tree = compile(source, "<cell>", "exec", ast.PyCF_ONLY_AST)
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             cell.broken = True
             return
-        events.append(StatementClosed(cell.number, cell.statements, source, lineno))
+        events.append(StatementClosed(cell.number, cell.statements, source, lineno, tree))
         cell.statements += 1
 
     def _finish_cell(self, events: list[SegmentEvent], complete: bool) -> None:

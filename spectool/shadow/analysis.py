@@ -12,15 +12,23 @@ from typing import Iterable
 
 __all__ = ["written_names", "bound_names", "escapes", "local_names", "has_yield"]
 
-_written_cache: dict[int, tuple[ast.AST, frozenset[str]]] = {}
-_escape_cache: dict[int, tuple[ast.AST, bool]] = {}
+_CACHE_SIZE = 4096
+
+
+def _remember(cache: dict, node: ast.AST, value: object) -> None:
+    """Cache a fact about a node (the node is kept so its id stays unique)."""
+    if len(cache) >= _CACHE_SIZE:
+        cache.clear()
+    cache[id(node)] = (node, value)
+
+
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
 def _base_name(node: ast.AST) -> str | None:
-    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
+    while type(node) in (ast.Attribute, ast.Subscript, ast.Starred):
+        node = node.value  # type: ignore[attr-defined]
+    return node.id if type(node) is ast.Name else None  # type: ignore[attr-defined]
 
 
 def _walk_same_scope(nodes: Iterable[ast.AST]):
@@ -29,12 +37,76 @@ def _walk_same_scope(nodes: Iterable[ast.AST]):
         node = stack.pop()
         yield node
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, _SCOPES):
+            if type(child) in _SCOPE_TYPES:
                 yield child  # its name binds here; its body is another scope
-                if not isinstance(child, ast.Lambda):
-                    stack.extend(child.decorator_list)
+                if type(child) is not ast.Lambda:
+                    stack.extend(child.decorator_list)  # type: ignore[attr-defined]
                 continue
             stack.append(child)
+
+
+_SCOPE_TYPES = frozenset(_SCOPES)
+_FLOW = frozenset({ast.Return, ast.Raise, ast.Break, ast.Continue})
+_SIMPLE = frozenset({ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Pass, ast.Delete,
+                     ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Assert})
+_escape_cache: dict[int, tuple[ast.AST, bool]] = {}
+_STORE = (ast.Store, ast.Del)
+_facts_cache: dict[int, tuple[ast.AST, tuple[frozenset[str], frozenset[str]]]] = {}
+
+
+def _facts(nodes: list[ast.AST]) -> tuple[frozenset[str], frozenset[str]]:
+    """(written names, rebound names) of a fragment, in one pass."""
+    key_node = nodes[0] if len(nodes) == 1 else None
+    if key_node is not None:
+        hit = _facts_cache.get(id(key_node))
+        if hit is not None and hit[0] is key_node:
+            return hit[1]
+    written: set[str] = set()
+    bound: set[str] = set()
+    for node in _walk_same_scope(nodes):
+        t = type(node)
+        if t is ast.Name:
+            if type(node.ctx) in _STORE:  # type: ignore[attr-defined]
+                bound.add(node.id)  # type: ignore[attr-defined]
+        elif t is ast.Attribute or t is ast.Subscript:
+            if type(node.ctx) in _STORE:  # type: ignore[attr-defined]
+                base = _base_name(node)
+                if base:
+                    written.add(base)
+        elif t is ast.Call:
+            func = node.func  # type: ignore[attr-defined]
+            if type(func) is ast.Attribute:
+                base = _base_name(func.value)
+                if base:
+                    written.add(base)
+            for arg in node.args:  # type: ignore[attr-defined]
+                base = _base_name(arg)
+                if base:
+                    written.add(base)
+            for kw in node.keywords:  # type: ignore[attr-defined]
+                base = _base_name(kw.value)
+                if base:
+                    written.add(base)
+        elif t in _SCOPE_TYPES:
+            if t is not ast.Lambda:
+                bound.add(node.name)  # type: ignore[attr-defined]
+                for inner in ast.walk(node):
+                    if type(inner) in (ast.Global, ast.Nonlocal):
+                        bound.update(inner.names)  # type: ignore[attr-defined]
+        elif t is ast.Import or t is ast.ImportFrom:
+            for alias in node.names:  # type: ignore[attr-defined]
+                bound.add((alias.asname or alias.name).split(".")[0])
+        elif t is ast.ExceptHandler:
+            if node.name:  # type: ignore[attr-defined]
+                bound.add(node.name)  # type: ignore[attr-defined]
+        elif t is ast.NamedExpr:
+            bound.add(node.target.id)  # type: ignore[attr-defined]
+        elif t is ast.Global or t is ast.Nonlocal:
+            bound.update(node.names)  # type: ignore[attr-defined]
+    result = (frozenset(written | bound), frozenset(bound))
+    if key_node is not None:
+        _remember(_facts_cache, key_node, result)
+    return result
 
 
 def written_names(nodes: list[ast.AST] | ast.AST) -> frozenset[str]:
@@ -44,80 +116,12 @@ def written_names(nodes: list[ast.AST] | ast.AST) -> frozenset[str]:
     method calls, names passed to calls (the callee may mutate them), names bound by
     imports/defs/with/except, and names declared global/nonlocal in nested functions.
     """
-    if isinstance(nodes, ast.AST):
-        nodes = [nodes]
-    key = id(nodes[0]) if len(nodes) == 1 else None
-    if key is not None and key in _written_cache and _written_cache[key][0] is nodes[0]:
-        return _written_cache[key][1]
-    names: set[str] = set()
-    for node in _walk_same_scope(nodes):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            base = _base_name(node)
-            if base:
-                names.add(base)
-        elif isinstance(node, ast.Call):
-            if isinstance(node.func, ast.Attribute):
-                base = _base_name(node.func.value)
-                if base:
-                    names.add(base)
-            for arg in list(node.args) + [k.value for k in node.keywords]:
-                base = _base_name(arg)
-                if base:
-                    names.add(base)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-            for inner in ast.walk(node):
-                if isinstance(inner, (ast.Global, ast.Nonlocal)):
-                    names.update(inner.names)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                names.add((alias.asname or alias.name).split(".")[0])
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-        elif isinstance(node, ast.NamedExpr):
-            names.add(node.target.id)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            names.update(node.names)
-    result = frozenset(names)
-    if key is not None:
-        _written_cache[key] = (nodes[0], result)
-    return result
-
-
-_bound_cache: dict[int, tuple[ast.AST, frozenset[str]]] = {}
+    return _facts([nodes] if isinstance(nodes, ast.AST) else nodes)[0]
 
 
 def bound_names(nodes: list[ast.AST] | ast.AST) -> frozenset[str]:
     """Names a fragment may rebind (not merely mutate) in its own scope."""
-    if isinstance(nodes, ast.AST):
-        nodes = [nodes]
-    key = id(nodes[0]) if len(nodes) == 1 else None
-    if key is not None and key in _bound_cache and _bound_cache[key][0] is nodes[0]:
-        return _bound_cache[key][1]
-    names: set[str] = set()
-    for node in _walk_same_scope(nodes):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-            for inner in ast.walk(node):
-                if isinstance(inner, (ast.Global, ast.Nonlocal)):
-                    names.update(inner.names)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                names.add((alias.asname or alias.name).split(".")[0])
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-        elif isinstance(node, ast.NamedExpr):
-            names.add(node.target.id)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            names.update(node.names)
-    result = frozenset(names)
-    if key is not None:
-        _bound_cache[key] = (nodes[0], result)
-    return result
+    return _facts([nodes] if isinstance(nodes, ast.AST) else nodes)[1]
 
 
 def escapes(nodes: list[ast.AST]) -> bool:
@@ -142,18 +146,48 @@ def escapes(nodes: list[ast.AST]) -> bool:
                 return True
         return False
 
+    if len(nodes) == 1:
+        node = nodes[0]
+        t = type(node)
+        if t in _FLOW:
+            return True
+        if t in _SIMPLE:
+            return False  # a simple statement can leave early only by raising
+        hit = _escape_cache.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        result = visit(node, False)
+        _remember(_escape_cache, node, result)
+        return result
     return any(visit(n, False) for n in nodes)
 
 
+_yield_cache: dict[int, tuple[ast.AST, bool]] = {}
+_locals_cache: dict[int, tuple[ast.AST, tuple]] = {}
+
+
 def has_yield(node: ast.AST) -> bool:
-    for inner in _walk_same_scope(getattr(node, "body", [])):
-        if isinstance(inner, (ast.Yield, ast.YieldFrom, ast.Await)):
-            return True
-    return False
+    hit = _yield_cache.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    body = getattr(node, "body", [])
+    result = any(isinstance(inner, (ast.Yield, ast.YieldFrom, ast.Await))
+                 for inner in _walk_same_scope(body if isinstance(body, list) else [body]))
+    _remember(_yield_cache, node, result)
+    return result
 
 
 def local_names(fn: ast.FunctionDef | ast.Lambda) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
-    """(locals, globals declared, nonlocals declared) of a function."""
+    """(locals, globals declared, nonlocals declared) of a function (cached per node)."""
+    hit = _locals_cache.get(id(fn))
+    if hit is not None and hit[0] is fn:
+        return hit[1]
+    result = _local_names(fn)
+    _remember(_locals_cache, fn, result)
+    return result
+
+
+def _local_names(fn: ast.FunctionDef | ast.Lambda) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     args = fn.args
     params = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
     if args.vararg:

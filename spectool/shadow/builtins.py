@@ -100,41 +100,51 @@ def _bound_self(raw: object) -> object:
     return getattr(raw, "__self__", None)
 
 
+def _expandtabs(obj, args: tuple, kwargs: dict, limits: Limits) -> None:
+    _too_big(len(obj) * max(_int_arg(args, kwargs, 0, "tabsize", 8), 1), limits, "expandtabs")
+
+
+def _replace(obj, args: tuple, kwargs: dict, limits: Limits) -> None:
+    old = args[0] if args else kwargs.get("old", "")
+    new = args[1] if len(args) > 1 else kwargs.get("new", "")
+    if not isinstance(old, (str, bytes)) or not isinstance(new, (str, bytes)):
+        return
+    n = len(obj)
+    _too_big(n + (n // max(len(old), 1) + 1) * len(new), limits, "replace")
+
+
+def _join(obj, args: tuple, kwargs: dict, limits: Limits) -> None:
+    items = args[0] if args else ()
+    if isinstance(items, (list, tuple)):
+        sep = len(obj)
+        total = 0
+        for s in items:
+            if isinstance(s, (str, bytes)):
+                total += len(s) + sep
+        _too_big(total, limits, "join")
+
+
+def _translate(obj, args: tuple, kwargs: dict, limits: Limits) -> None:
+    table = args[0] if args else None
+    if isinstance(table, dict):
+        longest = max((len(v) for v in table.values() if isinstance(v, str)), default=1)
+        _too_big(len(obj) * longest, limits, "translate")
+
+
+def _width(obj, args: tuple, kwargs: dict, limits: Limits) -> None:
+    check_width(args, kwargs, limits)
+
+
+_TEXT_METHOD_CHECKS = {
+    "ljust": _width, "rjust": _width, "center": _width, "zfill": _width,
+    "expandtabs": _expandtabs, "replace": _replace, "join": _join, "translate": _translate,
+}
+
+
 def make_method_check(kind: str, obj: object) -> Check | None:
-    """Checks for methods of str/bytes (bound to ``obj``)."""
-    n = len(obj) if isinstance(obj, (str, bytes, bytearray)) else 0
-
-    def expandtabs(args: tuple, kwargs: dict, limits: Limits) -> None:
-        _too_big(n * max(_int_arg(args, kwargs, 0, "tabsize", 8), 1), limits, "expandtabs")
-
-    def replace(args: tuple, kwargs: dict, limits: Limits) -> None:
-        old = args[0] if args else kwargs.get("old", "")
-        new = args[1] if len(args) > 1 else kwargs.get("new", "")
-        if not isinstance(old, (str, bytes)) or not isinstance(new, (str, bytes)):
-            return
-        count = n // max(len(old), 1) + 1
-        _too_big(n + count * len(new), limits, "replace")
-
-    def join(args: tuple, kwargs: dict, limits: Limits) -> None:
-        items = args[0] if args else ()
-        if isinstance(items, (list, tuple)):
-            total = 0
-            for s in items:
-                if isinstance(s, (str, bytes)):
-                    total += len(s) + n
-            _too_big(total, limits, "join")
-
-    def translate(args: tuple, kwargs: dict, limits: Limits) -> None:
-        table = args[0] if args else None
-        if isinstance(table, dict):
-            longest = max((len(v) for v in table.values() if isinstance(v, str)), default=1)
-            _too_big(n * longest, limits, "translate")
-
-    return {
-        "ljust": check_width, "rjust": check_width, "center": check_width,
-        "zfill": check_width, "expandtabs": expandtabs, "replace": replace,
-        "join": join, "translate": translate,
-    }.get(kind)
+    """Size check for a method of str/bytes bound to ``obj``."""
+    check = _TEXT_METHOD_CHECKS.get(kind)
+    return None if check is None else functools.partial(check, obj)
 
 
 def _check_pow(args: tuple, kwargs: dict, limits: Limits) -> None:
@@ -379,29 +389,49 @@ _SPECIAL_METHODS = {
 _NOW = frozenset({"now", "today", "utcnow", "fromtimestamp", "utcfromtimestamp"})
 
 
+_POLICY_CACHE: dict[tuple[type, str, bool], tuple[str, object]] = {}
+
+
+def _policy_kind(owner: type, name: str, is_class: bool) -> tuple[str, object]:
+    special = _SPECIAL_METHODS.get((owner, name))
+    if special is not None:
+        return "special", special
+    if owner in (datetime.date, datetime.datetime) and name in _NOW:
+        return "refuse", None  # the real run would read a different clock
+    if owner in (str, bytes, bytearray):
+        if not is_class:
+            return "text", name if name in _TEXT_METHOD_CHECKS else None
+        if name in _TEXT_METHOD_CHECKS:
+            return "refuse", None  # unbound form: would need its own checks
+    if owner is re.Pattern and not is_class:
+        return "pattern", name
+    check = _STATIC_CHECKS.get((owner, name))
+    if check is None and owner is int and name in _INT_METHOD_CHECKS:
+        check = _INT_METHOD_CHECKS[name]
+    return "plain", check
+
+
 def method_policy(obj: object, name: str, raw: object) -> SafeFunc | None:
     """Wrap attribute ``name`` of ``obj`` (a plain value or an allow-listed class).
 
     Returns None if the method must not be offered to shadow code.
     """
-    owner = obj if isinstance(obj, type) else type(obj)
-    special = _SPECIAL_METHODS.get((owner, name))
-    if special is not None:
-        return SafeFunc(name, raw, None, special=special)
-    if owner in (datetime.date, datetime.datetime) and name in _NOW:
-        return None  # the real run would read a different clock
-    check = _STATIC_CHECKS.get((owner, name))
-    if owner in (str, bytes, bytearray) and not isinstance(obj, type):
-        check = make_method_check(name, obj)
-    elif owner in (str, bytes, bytearray) and name in ("ljust", "rjust", "center", "zfill",
-                                                       "expandtabs", "replace", "join",
-                                                       "translate"):
-        return None  # unbound form: would need its own checks
-    elif owner is int and name in _INT_METHOD_CHECKS:
-        check = _INT_METHOD_CHECKS[name]
-    elif owner is re.Pattern:
-        check = pattern_method_check(obj, name)  # type: ignore[arg-type]
-    return SafeFunc(name, raw, check)
+    is_class = isinstance(obj, type)
+    owner = obj if is_class else type(obj)
+    key = (owner, name, is_class)
+    policy = _POLICY_CACHE.get(key)
+    if policy is None:
+        policy = _POLICY_CACHE[key] = _policy_kind(owner, name, is_class)  # type: ignore[index]
+    kind, detail = policy
+    if kind == "plain":
+        return SafeFunc(name, raw, detail)  # type: ignore[arg-type]
+    if kind == "text":
+        return SafeFunc(name, raw, None if detail is None else make_method_check(name, obj))
+    if kind == "special":
+        return SafeFunc(name, raw, None, special=detail)  # type: ignore[arg-type]
+    if kind == "pattern":
+        return SafeFunc(name, raw, pattern_method_check(obj, name))  # type: ignore[arg-type]
+    return None
 
 
 def is_consuming(raw: object) -> bool:

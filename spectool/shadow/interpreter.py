@@ -48,6 +48,14 @@ from .values import Outcome, Pending, TailBet, ToolInfo, Touched, Unknown, WaitF
 
 __all__ = ["ShadowInterpreter", "StatementRecord"]
 
+
+def _peek_tail(interp: "ShadowInterpreter", tail: str) -> list[TailBet]:
+    from .tail import peek_tail  # tail.py builds on this module
+
+    global _peek_tail
+    _peek_tail = peek_tail
+    return peek_tail(interp, tail)
+
 _OPAQUE = (Pending, Unknown)
 _DATA_TYPES = IMMUTABLE_TYPES | MUTABLE_TYPES
 _ATTR_TYPES = _DATA_TYPES | {type({}.keys()), type({}.values()), type({}.items())}
@@ -58,6 +66,9 @@ _FUNCTION_APPLYING_LAZY = frozenset(
     r for r in LAZY_RAW if getattr(r, "__name__", "") in (
         "map", "filter", "starmap", "accumulate", "groupby", "takewhile", "dropwhile",
         "filterfalse", "compress"))
+# argument types that never need preparing before a raw call
+_PLAIN_ARG = frozenset({type(None), bool, int, float, complex, str, bytes, list, tuple, dict,
+                        set, frozenset, Pending})
 _UNMUTABLE = frozenset({type(None), bool, int, float, complex, str, bytes, range, slice})
 _DICT_TYPES = (dict, collections.OrderedDict, collections.Counter, collections.defaultdict)
 _SPEC_NUMBER = re.compile(r"\d+")
@@ -131,6 +142,9 @@ _CONTROL = (_UserError, _UnknownValue, _Uncertain, _WouldWait, _Break, _Continue
             ShadowDeclined, Touched, GeneratorExit)
 
 
+_FAILED = object()
+
+
 class StatementRecord:
     """What happened to one top-level statement (for tests, traces and debugging)."""
 
@@ -190,7 +204,11 @@ class ShadowInterpreter:
         self._fresh: set[int] = set()  # peek: ids of containers created by the peek itself
         self._fresh_keep: list[object] = []
         self._peek_iterations = 0
+        self._version = 0  # changes whenever the state a peek could read changes
+        self._peek_cache: tuple | None = None
+        self._tail_memo: tuple | None = None
         self._handling: list[BaseException] = []
+        self._last_error: BaseException | None = None
         self._cell_seconds = 0.0
         self._stmt_handlers = {getattr(ast, n[6:]): getattr(self, n) for n in dir(self)
                                if n.startswith("_exec_") and hasattr(ast, n[6:])}
@@ -214,18 +232,25 @@ class ShadowInterpreter:
         """The shadow's current value of a global name (for tests and debugging)."""
         return self._global(name)
 
-    def run_statement(self, source: str) -> Generator[WaitFor, Outcome, None]:
+    def run_statement(self, source: str, tree: ast.Module | None = None) -> Generator[WaitFor, Outcome, None]:
+        """Evaluate one closed top-level statement (see the module docstring).
+
+        ``tree``: the statement already parsed (``StatementClosed.tree``), to skip a
+        second parse; it is only read.
+        """
         index = len(self._records)
         if self._dead:
             self._records.append(StatementRecord(index, "skipped", "an earlier statement raised", 0))
             return
         try:
-            tree = ast.parse(source)
+            if not isinstance(tree, ast.Module):
+                tree = ast.parse(source)
         except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
             self._dead = True
             self._records.append(StatementRecord(index, "error", f"does not parse: {exc}", 0))
             return
         launched_before = self._launched_total()
+        self._version += 1
         status, detail = "ok", ""
         self._reset_budget()
         for stmt in tree.body:
@@ -245,6 +270,7 @@ class ShadowInterpreter:
                     _Break, _Continue, _Return) as exc:
                 status, detail = "declined", str(exc) or type(exc).__name__.strip("_")
                 self._taint_nodes([stmt], self._module)
+        self._version += 1
         self._cell_seconds += self._used()
         if self._cell_seconds > self._limits.max_cell_seconds:
             self._dead = True
@@ -253,9 +279,9 @@ class ShadowInterpreter:
                                              self._launched_total() - launched_before))
 
     def peek_tail(self, tail: str) -> list[TailBet]:
-        from .tail import peek_tail
-
-        return peek_tail(self, tail)
+        """Bets for the open tail of the cell (see ``spectool.shadow.tail``). The runtime
+        launches them with origin="tail" and withdraws those no longer returned."""
+        return _peek_tail(self, tail)
 
     # -- budget -------------------------------------------------------------------
 
@@ -418,6 +444,7 @@ class ShadowInterpreter:
                     value = Unknown("tool result too large")
             rec = (p, value)
             self._outcomes[id(p)] = rec
+            self._version += 1
         value = rec[1]
         if isinstance(value, _UserError):
             raise _UserError(value.exc)
@@ -484,8 +511,27 @@ class ShadowInterpreter:
             unknown = unknown or u
         return new_args, new_kwargs, total, unknown  # type: ignore[return-value]
 
-    def _apply(self, fn, args: tuple, kwargs: dict | None = None, settle_first: bool = False):
-        """Call a raw (allow-listed) callable; resolve pending values it touches."""
+    def _try(self, fn, args: tuple, kwargs: dict | None = None) -> object:
+        """One attempt at a raw call (no generator): the value, or ``_FAILED`` with the
+        error (None when an opaque value was touched) in ``self._last_error``."""
+        try:
+            return self._account(fn(*args, **(kwargs or {})))
+        except Touched:
+            self._last_error = None
+        except _CONTROL:
+            raise
+        except (RecursionError, MemoryError) as exc:
+            raise LimitExceeded(type(exc).__name__) from None
+        except Exception as exc:
+            self._last_error = exc
+        return _FAILED
+
+    def _apply(self, fn, args: tuple, kwargs: dict | None = None, settle_first: bool = False,
+               failed: bool = False):
+        """Call a raw (allow-listed) callable; resolve pending values it touches.
+
+        ``failed``: the caller's own ``_try`` already failed once (start by settling).
+        """
         kwargs = kwargs or {}
         if settle_first:
             args, kwargs, _, unknown = yield from self._settle_call(args, kwargs)
@@ -493,6 +539,14 @@ class ShadowInterpreter:
                 raise _UnknownValue
         for attempt in (0, 1):
             err: BaseException | None = None
+            if failed and not attempt:
+                err = self._last_error
+                args, kwargs, resolved, unknown = yield from self._settle_call(args, kwargs)
+                if unknown:
+                    raise _UnknownValue
+                if not resolved:
+                    break
+                continue
             try:
                 return self._account(fn(*args, **kwargs))
             except Touched:
@@ -581,7 +635,7 @@ class ShadowInterpreter:
             current = self._lookup(target.id, scope)
             try:
                 current = yield from self._need(current)
-                value = yield from self._need((yield from self._eval(node.value, scope)))
+                value = yield from self._known(node.value, scope)
                 if type(current) in MUTABLE_TYPES and self._shared(current):
                     raise _UnknownValue
                 result = yield from self._binop(node.op, current, value, inplace=True)
@@ -590,11 +644,11 @@ class ShadowInterpreter:
             self._store(target.id, result, scope)
             return
         if isinstance(target, ast.Subscript):
-            obj = yield from self._need((yield from self._eval(target.value, scope)))
+            obj = yield from self._known(target.value, scope)
             key = yield from self._subscript_key(target.slice, scope)
             self._check_mutable(obj, target)
             current = yield from self._need((yield from self._apply(operator.getitem, (obj, key))))
-            value = yield from self._need((yield from self._eval(node.value, scope)))
+            value = yield from self._known(node.value, scope)
             result = yield from self._binop(node.op, current, value, inplace=True)
             yield from self._apply(operator.setitem, (obj, key, result))
             return
@@ -636,7 +690,7 @@ class ShadowInterpreter:
             for elt, item in zip(target.elts[s + 1:], items[len(items) - after:]):
                 yield from self._assign(elt, item, scope)
         elif isinstance(target, ast.Subscript):
-            obj = yield from self._need((yield from self._eval(target.value, scope)))
+            obj = yield from self._known(target.value, scope)
             self._check_mutable(obj, target)
             try:
                 key = yield from self._subscript_key(target.slice, scope)
@@ -658,7 +712,7 @@ class ShadowInterpreter:
                 if owner is self._module:
                     self._deleted.add(target.id)
             elif isinstance(target, ast.Subscript):
-                obj = yield from self._need((yield from self._eval(target.value, scope)))
+                obj = yield from self._known(target.value, scope)
                 self._check_mutable(obj, target)
                 key = yield from self._subscript_key(target.slice, scope)
                 yield from self._apply(operator.delitem, (obj, key))
@@ -675,7 +729,7 @@ class ShadowInterpreter:
 
     def _exec_For(self, node: ast.For, scope: Scope):
         try:
-            iterable = yield from self._need((yield from self._eval(node.iter, scope)))
+            iterable = yield from self._known(node.iter, scope)
             iterator = yield from self._iter(iterable)
         except _UnknownValue:
             self._skip_blocks([node], scope)
@@ -780,7 +834,7 @@ class ShadowInterpreter:
             if handler.type is None:
                 return handler
             try:
-                spec = yield from self._need((yield from self._eval(handler.type, scope)))
+                spec = yield from self._known(handler.type, scope)
                 classes = spec if type(spec) is tuple else (spec,)
                 raw = []
                 for cls in classes:
@@ -798,7 +852,7 @@ class ShadowInterpreter:
             if not self._handling:
                 raise _UserError(RuntimeError("No active exception to reraise"))
             raise _UserError(self._handling[-1])
-        exc = yield from self._need((yield from self._eval(node.exc, scope)))
+        exc = yield from self._known(node.exc, scope)
         if isinstance(exc, SafeFunc) and exc.is_class and issubclass(exc.raw, BaseException):
             exc = exc.raw()
         if not isinstance(exc, BaseException) or type(exc) not in {c.raw for c in _SAFE_EXCEPTIONS}:
@@ -810,7 +864,7 @@ class ShadowInterpreter:
     def _exec_Assert(self, node: ast.Assert, scope: Scope):
         test = yield from self._truth((yield from self._eval(node.test, scope)))
         if not test:
-            msg = () if node.msg is None else ((yield from self._need((yield from self._eval(node.msg, scope)))),)
+            msg = () if node.msg is None else ((yield from self._known(node.msg, scope)),)
             raise _UserError(AssertionError(*msg))
 
     def _exec_Import(self, node: ast.Import, scope: Scope):
@@ -877,17 +931,46 @@ class ShadowInterpreter:
 
     def _eval_value(self, node: ast.expr, scope: Scope):
         """Evaluate where an unknown result is an acceptable value (not an error)."""
+        t = type(node)
+        if t is ast.Constant:
+            return node.value  # type: ignore[attr-defined]
         try:
+            if t is ast.Name:
+                return self._lookup(node.id, scope)  # type: ignore[attr-defined]
             return (yield from self._eval(node, scope))
         except _UnknownValue:
             return Unknown("unknown expression")
 
+    def _known(self, node: ast.expr, scope: Scope):
+        """Evaluate and read the value: waits for a pending one, refuses an unknown."""
+        t = type(node)
+        if t is ast.Constant:
+            value = node.value  # type: ignore[attr-defined]
+        elif t is ast.Name:
+            value = self._lookup(node.id, scope)  # type: ignore[attr-defined]
+        else:
+            value = yield from self._eval(node, scope)
+        t = type(value)
+        if t is Pending:
+            value = yield from self._resolve(value)  # type: ignore[arg-type]
+            t = type(value)
+        if t is Unknown:
+            raise _UnknownValue
+        return value
+
     def _truth(self, value: object):
-        value = yield from self._need(value)
-        return (yield from self._apply(bool, (value,)))
+        t = type(value)
+        if t is bool:
+            return value
+        if t is Pending or t is Unknown:
+            value = yield from self._need(value)
+        result = self._try(bool, (value,))
+        if result is _FAILED:
+            result = yield from self._apply(bool, (value,), failed=True)
+        return result
 
     def _eval_Attribute(self, node: ast.Attribute, scope: Scope):
-        obj = yield from self._need((yield from self._eval(node.value, scope)))
+        obj = yield from self._known(node.value, scope)
         return self._getattr(obj, node.attr)
 
     def _getattr(self, obj: object, name: str) -> object:
@@ -925,15 +1008,20 @@ class ShadowInterpreter:
         if isinstance(node, ast.Slice):
             parts = []
             for part in (node.lower, node.upper, node.step):
-                parts.append(None if part is None else (yield from self._need((yield from self._eval(part, scope)))))
+                parts.append(None if part is None else (yield from self._known(part, scope)))
             return slice(*parts)
-        return (yield from self._need((yield from self._eval(node, scope))))
+        return (yield from self._known(node, scope))
 
     def _eval_Subscript(self, node: ast.Subscript, scope: Scope):
-        obj = yield from self._need((yield from self._eval(node.value, scope)))
+        obj = yield from self._known(node.value, scope)
         key = yield from self._subscript_key(node.slice, scope)
         if type(obj) not in _DATA_TYPES:
             raise ShadowDeclined(f"subscript of a {type(obj).__name__}")
+        if type(key) is not slice and type(obj) in (list, tuple, str, dict):
+            result = self._try(operator.getitem, (obj, key))
+            if result is not _FAILED:
+                return result
+            return (yield from self._apply(operator.getitem, (obj, key), failed=True))
         if type(obj) is range and type(key) is slice:
             return obj[key]
         if type(obj) is collections.defaultdict and self._shared(obj):
@@ -946,8 +1034,8 @@ class ShadowInterpreter:
         return (yield from self._apply(operator.getitem, (obj, key)))
 
     def _eval_BinOp(self, node: ast.BinOp, scope: Scope):
-        left = yield from self._need((yield from self._eval(node.left, scope)))
-        right = yield from self._need((yield from self._eval(node.right, scope)))
+        left = yield from self._known(node.left, scope)
+        right = yield from self._known(node.right, scope)
         return (yield from self._binop(node.op, left, right))
 
     def _binop(self, op: ast.operator, left: object, right: object, inplace: bool = False):
@@ -957,7 +1045,10 @@ class ShadowInterpreter:
                     raise ShadowDeclined(f"operator on a {type(v).__name__}")
         self._check_binop_size(op, left, right)
         fn = (_INPLACE if inplace else _BINOPS)[type(op)]
-        return (yield from self._apply(fn, (left, right)))
+        result = self._try(fn, (left, right))
+        if result is _FAILED:
+            result = yield from self._apply(fn, (left, right), failed=True)
+        return result
 
     def _check_binop_size(self, op: ast.operator, left: object, right: object) -> None:
         limits = self._limits
@@ -987,7 +1078,7 @@ class ShadowInterpreter:
                         raise LimitExceeded("format width too large")
 
     def _eval_UnaryOp(self, node: ast.UnaryOp, scope: Scope):
-        operand = yield from self._need((yield from self._eval(node.operand, scope)))
+        operand = yield from self._known(node.operand, scope)
         if type(node.op) is ast.Not:
             return not (yield from self._truth(operand))
         if type(operand) not in _DATA_TYPES:
@@ -1005,9 +1096,9 @@ class ShadowInterpreter:
         return value
 
     def _eval_Compare(self, node: ast.Compare, scope: Scope):
-        left = yield from self._need((yield from self._eval(node.left, scope)))
+        left = yield from self._known(node.left, scope)
         for op, comparator in zip(node.ops, node.comparators):
-            right = yield from self._need((yield from self._eval(comparator, scope)))
+            right = yield from self._known(comparator, scope)
             t = type(op)
             if t in (ast.In, ast.NotIn):
                 if type(right) is range and type(left) not in (int, bool):
@@ -1015,7 +1106,9 @@ class ShadowInterpreter:
                         raise LimitExceeded("membership test over a huge range")
                 if type(right) not in _DATA_TYPES and not isinstance(right, (type({}.keys()), type({}.items()), type({}.values()))):
                     raise ShadowDeclined("membership test on a non-data value")
-            result = yield from self._apply(_COMPARE[t], (left, right))
+            result = self._try(_COMPARE[t], (left, right))
+            if result is _FAILED:
+                result = yield from self._apply(_COMPARE[t], (left, right), failed=True)
             if t not in (ast.Is, ast.IsNot, ast.In, ast.NotIn) and type(result) is not bool:
                 result = yield from self._truth(result)
             if not result:
@@ -1054,7 +1147,7 @@ class ShadowInterpreter:
         out: list = []
         for elt in elts:
             if isinstance(elt, ast.Starred):
-                value = yield from self._need((yield from self._eval(elt.value, scope)))
+                value = yield from self._known(elt.value, scope)
                 out.extend((yield from self._materialize(value)))
             else:
                 out.append((yield from self._eval_value(elt, scope)))
@@ -1064,12 +1157,12 @@ class ShadowInterpreter:
         out: dict = {}
         for k, v in zip(node.keys, node.values):
             if k is None:
-                mapping = yield from self._need((yield from self._eval(v, scope)))
+                mapping = yield from self._known(v, scope)
                 if type(mapping) not in _DICT_TYPES:
                     raise ShadowDeclined("** of a non-dict")
                 yield from self._apply(out.update, (mapping,))
                 continue
-            key = yield from self._need((yield from self._eval(k, scope)))
+            key = yield from self._known(k, scope)
             value = yield from self._eval_value(v, scope)
             yield from self._apply(operator.setitem, (out, key, value))
         return self._made(self._account(out))
@@ -1081,7 +1174,7 @@ class ShadowInterpreter:
                 parts.append(part.value)
                 continue
             assert isinstance(part, ast.FormattedValue)
-            value = yield from self._need((yield from self._eval(part.value, scope)))
+            value = yield from self._known(part.value, scope)
             if type(value) not in _DATA_TYPES and not isinstance(value, BaseException):
                 raise ShadowDeclined("formatting a non-data value")
             conv = part.conversion
@@ -1136,7 +1229,7 @@ class ShadowInterpreter:
 
         def level(i: int):
             gen = generators[i]
-            iterable = yield from self._need((yield from self._eval(gen.iter, scope if i == 0 else inner)))
+            iterable = yield from self._known(gen.iter, scope if i == 0 else inner)
             iterator = yield from self._iter(iterable)
             if self._peek and iterator is iterable:
                 raise _UnknownValue
@@ -1163,10 +1256,10 @@ class ShadowInterpreter:
                 if i + 1 < len(generators):
                     yield from level(i + 1)
                 elif isinstance(node, ast.DictComp):
-                    key = yield from self._need((yield from self._eval(node.key, inner)))
+                    key = yield from self._known(node.key, inner)
                     emit((key, (yield from self._eval_value(node.value, inner))))
                 elif need:
-                    emit((yield from self._need((yield from self._eval(node.elt, inner)))))
+                    emit((yield from self._known(node.elt, inner)))
                 else:
                     emit((yield from self._eval_value(node.elt, inner)))
 
@@ -1212,7 +1305,7 @@ class ShadowInterpreter:
         receiver = None
         try:
             if isinstance(func_node, ast.Attribute):
-                receiver = yield from self._need((yield from self._eval(func_node.value, scope)))
+                receiver = yield from self._known(func_node.value, scope)
                 fn = self._getattr(receiver, func_node.attr)
             else:
                 fn = yield from self._eval(func_node, scope)
@@ -1253,14 +1346,14 @@ class ShadowInterpreter:
         args: list = []
         for arg in node.args:
             if isinstance(arg, ast.Starred):
-                value = yield from self._need((yield from self._eval(arg.value, scope)))
+                value = yield from self._known(arg.value, scope)
                 args.extend((yield from self._materialize(value)))
             else:
                 args.append((yield from self._eval_value(arg, scope)))
         kwargs: dict = {}
         for kw in node.keywords:
             if kw.arg is None:
-                mapping = yield from self._need((yield from self._eval(kw.value, scope)))
+                mapping = yield from self._known(kw.value, scope)
                 if type(mapping) is not dict or any(type(k) is not str for k in mapping):
                     raise ShadowDeclined("** of a non-dict")
                 kwargs.update(mapping)
@@ -1269,13 +1362,14 @@ class ShadowInterpreter:
         return tuple(args), kwargs
 
     def _call(self, fn: object, args: tuple, kwargs: dict, settle_first: bool = False):
-        if type(fn) is Unknown:
+        t = type(fn)
+        if t is Unknown:
             raise _UnknownValue
-        if isinstance(fn, ShadowFunction):
-            return (yield from self._call_function(fn, args, kwargs))
-        if isinstance(fn, ToolRef):
-            return (yield from self._call_tool(fn.info, args, kwargs))
-        if isinstance(fn, SafeFunc):
+        if t is ShadowFunction:
+            return (yield from self._call_function(fn, args, kwargs))  # type: ignore[arg-type]
+        if t is ToolRef:
+            return (yield from self._call_tool(fn.info, args, kwargs))  # type: ignore[union-attr]
+        if t is SafeFunc:
             if fn.special is not None:
                 handler = getattr(self, "_builtin_" + fn.special)
                 return (yield from handler(fn, args, kwargs))
@@ -1284,9 +1378,19 @@ class ShadowInterpreter:
                     raise _UnknownValue
             if fn.check is not None:
                 fn.check(args, kwargs, self._limits)
-            args, kwargs = yield from self._prepare_raw_args(fn.raw, args, kwargs)
-            settle = settle_first or fn.raw in _FUNCTION_APPLYING_LAZY
-            result = yield from self._apply(fn.raw, args, kwargs, settle_first=settle)
+            for v in (*args, *kwargs.values()):
+                if type(v) not in _PLAIN_ARG:
+                    args, kwargs = yield from self._prepare_raw_args(fn.raw, args, kwargs)
+                    break
+            else:
+                if self._peek and fn.raw in _MUTATES_ARG:
+                    raise _UnknownValue
+            if settle_first or fn.raw in _FUNCTION_APPLYING_LAZY:
+                result = yield from self._apply(fn.raw, args, kwargs, settle_first=True)
+            else:
+                result = self._try(fn.raw, args, kwargs)
+                if result is _FAILED:
+                    result = yield from self._apply(fn.raw, args, kwargs, failed=True)
             if fn.is_class and type(result) in MUTABLE_TYPES:
                 self._made(result)
             return result

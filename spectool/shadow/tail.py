@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from ..segmenter import LineLexer
 from .limits import LimitExceeded, ShadowDeclined
-from .scope import Scope
+from .scope import Scope, ShadowFunction
 from .values import TailBet, Touched
 
 if TYPE_CHECKING:
@@ -45,6 +45,8 @@ _RISKY_WORDS = re.compile(
     r"\b(if|else|elif|and|or|lambda|for|while|async|await|yield|with|def|class|return|"
     r"except|finally|try|assert|del|match|case)\b")
 _IDENT_CHAR = re.compile(r"[A-Za-z0-9_.]")
+_CALLEE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+_DEFINITION = re.compile(r"\s*(def|class|async|@)\b|\s*@")
 
 
 def split_tail(tail: str) -> tuple[str, str]:
@@ -125,18 +127,34 @@ def complete_calls(text: str) -> list[tuple[int, int]]:
     return outer
 
 
-def _synthesize(tail: str) -> str | None:
-    complete, partial = split_tail(tail)
+def _relevant_calls(text: str, relevant, depth: int = 0) -> list[str]:
+    """The outermost complete calls that may reach a tool: a call that does not name
+    one itself is replaced by the relevant calls among its arguments (so closing an
+    outer ``results.append(...)`` does not change what is evaluated)."""
+    out: list[str] = []
+    for start, end in complete_calls(text):
+        call = text[start:end]
+        if not relevant(call):
+            continue
+        m = _CALLEE.match(call)
+        if m is not None and relevant(m.group(0)) or depth > 8:
+            out.append(call)
+        else:
+            inner = call[call.index("(") + 1:-1]
+            out.extend(_relevant_calls(inner, relevant, depth + 1))
+    return out
+
+
+def _synthesize(tail: str, relevant=lambda text: True, parts: tuple[str, str] | None = None) -> str | None:
+    complete, partial = parts if parts is not None else split_tail(tail)
     lines = [complete]
-    if partial.strip():
+    if partial.strip() and ")" in partial:
         code = _blank_strings(partial)
         first = partial.split("\n", 1)[0]
         indent = first[:len(first) - len(first.lstrip())]
         if not _RISKY_WORDS.search(code):
-            for start, end in complete_calls(partial):
-                # skip a keyword-named callee and calls that are only part of a dotted
-                # chain still being written
-                lines.append(indent + partial[start:end].replace("\n", " ") + "\n")
+            for call in _relevant_calls(partial, relevant):
+                lines.append(indent + call.replace("\n", " ") + "\n")
     source = "".join(lines)
     if not source.strip():
         return None
@@ -159,15 +177,44 @@ def _parse(source: str) -> ast.Module | None:
 
 def peek_tail(interp: "ShadowInterpreter", tail: str) -> list[TailBet]:
     """Bets for the open tail of a cell (see the module docstring)."""
-    if interp.stopped or not tail.strip():
+    if interp.stopped or not tail.strip() or _DEFINITION.match(tail):
+        return []  # a definition's body does not run while it is being defined
+    # the tail usually grows by a few characters: reuse the split of the last one
+    memo = interp._tail_memo
+    if (memo is not None and memo[0] == interp._version and tail.startswith(memo[1])
+            and "\n" not in tail[len(memo[1]):]):
+        _, _, complete, partial, names = memo
+        partial = partial + tail[len(memo[1]):]
+    else:
+        complete, partial = split_tail(tail)
+        names = frozenset(_CALLEE.findall(complete))
+    interp._tail_memo = (interp._version, tail, complete, partial, names)
+    if not _relevant(interp, names) and not _relevant(interp, _CALLEE.findall(partial)):
         return []
-    source = _synthesize(tail)
+    source = _synthesize(tail, lambda text: _may_call_a_tool(interp, text), (complete, partial))
     if source is None:
         return []
+    key = (source, interp._version)
+    cached = interp._peek_cache
+    if cached is not None and cached[0] == key:
+        return list(cached[1])
     tree = _parse(source)
-    if tree is None:
-        return []
-    return _evaluate(interp, tree)
+    bets = [] if tree is None else _evaluate(interp, tree)
+    interp._peek_cache = (key, bets)
+    return list(bets)
+
+
+def _may_call_a_tool(interp: "ShadowInterpreter", text: str) -> bool:
+    """Does the text call a tool, or a function defined in the cell, by name?"""
+    return _relevant(interp, _CALLEE.findall(text))
+
+
+def _relevant(interp: "ShadowInterpreter", names) -> bool:
+    values = interp._module.vars
+    for name in names:
+        if name in interp._toolrefs or type(values.get(name)) is ShadowFunction:
+            return True
+    return False
 
 
 def _evaluate(interp: "ShadowInterpreter", tree: ast.Module) -> list[TailBet]:
