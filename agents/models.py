@@ -19,6 +19,7 @@ are); the scripted and token_spec adapters run under asyncio and trio.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -67,11 +68,25 @@ async def aclose_litellm(timeout: float = 5.0) -> None:
     import asyncio  # noqa: PLC0415 - litellm is asyncio-only
 
     litellm = import_litellm()
-    current = asyncio.current_task()
-    tasks = [t for t in asyncio.all_tasks() if t is not current and not t.done()
-             and "/litellm/" in getattr(getattr(t.get_coro(), "cr_code", None), "co_filename", "")]
-    if tasks:
+
+    def hook_tasks() -> list[asyncio.Task]:
+        """Per-call success/logging hooks (not the long-lived queue worker)."""
+        current = asyncio.current_task()
+        return [t for t in asyncio.all_tasks() if t is not current and not t.done()
+                and "/litellm/" in getattr(getattr(t.get_coro(), "cr_code", None),
+                                           "co_filename", "")
+                and not getattr(t.get_coro(), "__qualname__", "").endswith("._worker_loop")]
+
+    if tasks := hook_tasks():
         await asyncio.wait(tasks, timeout=timeout)
+    try:  # litellm's queue worker, started on demand by those hooks (pinned 1.110.2)
+        from litellm.litellm_core_utils.logging_worker import GLOBAL_LOGGING_WORKER  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - another litellm layout
+        GLOBAL_LOGGING_WORKER = None
+    if GLOBAL_LOGGING_WORKER is not None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(GLOBAL_LOGGING_WORKER.flush(), timeout)
+        await GLOBAL_LOGGING_WORKER.stop(timeout=timeout)
     await litellm.close_litellm_async_clients()
 
 

@@ -9,6 +9,7 @@ asyncio alone.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 
@@ -27,6 +28,14 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+async def close_litellm() -> None:
+    """Close litellm's clients and background tasks; none may outlive the test."""
+    await aclose_litellm()
+    left = [t for t in asyncio.all_tasks() if not t.done() and "/litellm/" in
+            getattr(getattr(t.get_coro(), "cr_code", None), "co_filename", "")]
+    assert left == []
 
 
 def key(stub: OpenAIStub) -> dict:
@@ -57,7 +66,7 @@ async def test_streaming_deltas_arrive_in_pieces():
         deltas = [d async for d in model.stream([{"role": "user", "content": "hi"}])]
         sub = LiteLLMSubModel("openai/sub-model", **key(stub))
         answer = await sub.complete("ping")
-        await aclose_litellm()
+        await close_litellm()
     assert "".join(deltas) == text and len(deltas) >= len(text) // 5
     assert answer == text
     assert [r["messages"][-1]["content"] for r in stub.requests] == ["hi", "ping"]
@@ -70,7 +79,7 @@ async def test_repl_agent_run_completes_through_litellm(mode):
         root = LiteLLMModel("openai/root-model", temperature=0, **key(stub))
         sub = LiteLLMSubModel("openai/sub-model", **key(stub))
         result = await ReplAgent(root, sub, mode=mode).run("x" * 1234, "How long is it?")
-        await aclose_litellm()
+        await close_litellm()
     assert result.finished_by == "FINAL"
     assert result.answer == "the size 1234 is fine"
     assert result.turns[0].stdout == "1234\n"
@@ -93,7 +102,7 @@ async def test_function_calls_stream_through_litellm():
         model = LiteLLMModel("openai/tool-model", **key(stub))
         agent = FunctionAgent(model, [lookup], mode="spec")
         message = await agent.run_message(model.stream_deltas([{"role": "user", "content": "?"}]))
-        await aclose_litellm()
+        await close_litellm()
     (call,) = message.calls
     assert (call.name, call.arguments(), call.value) == ("lookup", {"key": 'a " } b'}, 'b } " a')
     assert message.stats.hits == 1

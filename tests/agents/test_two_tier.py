@@ -66,7 +66,7 @@ async def test_smollm2_stream_feeds_the_runtime(smollm_decoder):
     from token_spec.sampling import SamplingParams
 
     # short on purpose (a shared 2-core machine): the cell closes within ~6 tokens
-    params = SamplingParams(temperature=0.0, max_tokens=16)
+    params = SamplingParams(temperature=0.0, max_tokens=10)
     model = TokenSpecModel(smollm_decoder, params, assistant_prefix="```repl\nprint(")
     messages = [{"role": "user",
                  "content": "Write one line of Python that prints 2 + 3, in a ```repl block."}]
