@@ -161,11 +161,11 @@ def splits(text: str, sizes: list[int], pace: float = 0.0):
 # -- the property ---------------------------------------------------------------------
 
 async def run_mode(mode: str, message: str, sizes: list[int], latencies: dict[int, float],
-                   pace: float = 0.0):
+                   pace: float = 0.0, executor: str = "inprocess"):
     world = World(latencies)
-    rt = spectool.Runtime(world.tools, mode=mode)
-    with anyio.fail_after(30):
-        res = await rt.run(splits(message, sizes, pace))
+    async with spectool.Runtime(world.tools, mode=mode, executor=executor) as rt:
+        with anyio.fail_after(30):
+            res = await rt.run(splits(message, sizes, pace))
     return world, res
 
 
@@ -178,12 +178,12 @@ def describe(error):
 
 
 async def check_lossless(message: str, sizes: list[int], latencies: dict[int, float],
-                         pace: float = 0.0) -> dict:
-    base_world, base = await run_mode("baseline", message, sizes, latencies, pace)
+                         pace: float = 0.0, executor: str = "inprocess") -> dict:
+    base_world, base = await run_mode("baseline", message, sizes, latencies, pace, executor)
     assert base.stats.dispatched == 0
     stats_by_mode = {}
     for mode in ("lazy", "spec"):
-        world, res = await run_mode(mode, message, sizes, latencies, pace)
+        world, res = await run_mode(mode, message, sizes, latencies, pace, executor)
         stats_by_mode[mode] = res.stats
         assert plain_namespace(res.namespace) == plain_namespace(base.namespace), mode
         assert res.stdout == base.stdout, mode
@@ -217,6 +217,15 @@ async def test_spec_and_lazy_are_lossless(anyio_backend, message, sizes, latenci
     SEEN["examples"] += 1
     SEEN["spec_hits"] += stats["spec"].hits
     SEEN["lazy_hits"] += stats["lazy"].hits
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])     # one worker process per run: keep it short
+@settings(max_examples=6, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(message=programs(), sizes=st.lists(st.integers(1, 40), min_size=1, max_size=4))
+async def test_lossless_with_the_subprocess_executor(anyio_backend, message, sizes):
+    await check_lossless(message, sizes, {}, 0.0005, executor="subprocess")
 
 
 def test_property_run_exercised_speculation():
