@@ -206,7 +206,7 @@ SEEN = {"examples": 0, "spec_hits": 0, "lazy_hits": 0}
 
 
 @pytest.mark.anyio
-@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(message=programs(),
        sizes=st.lists(st.integers(1, 40), min_size=1, max_size=6),
