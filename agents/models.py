@@ -90,6 +90,16 @@ async def aclose_litellm(timeout: float = 5.0) -> None:
     await litellm.close_litellm_async_clients()
 
 
+def _require_asyncio() -> None:
+    import asyncio  # noqa: PLC0415
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError("litellm's HTTP clients run on asyncio only (not trio); "
+                           "run this model under asyncio") from None
+
+
 def _field(obj: Any, name: str) -> Any:
     """Read ``name`` from a litellm object or a plain dict."""
     if isinstance(obj, Mapping):
@@ -135,6 +145,7 @@ class LiteLLMModel:
         self._litellm = import_litellm()
 
     async def _chunks(self, messages: list[dict], **extra: Any) -> AsyncIterator[Any]:
+        _require_asyncio()
         response = await self._litellm.acompletion(
             model=self.model, messages=messages, stream=True, **{**self.kwargs, **extra}
         )
@@ -183,6 +194,7 @@ class LiteLLMSubModel:
         self._litellm = import_litellm()
 
     async def complete(self, prompt: str) -> str:
+        _require_asyncio()
         response = await self._litellm.acompletion(
             model=self.model, messages=[{"role": "user", "content": prompt}], **self.kwargs
         )

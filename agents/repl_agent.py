@@ -170,7 +170,20 @@ def _batched_tool(fn: Any) -> Any:
 
 
 class ReplAgent:
-    """RLM-style agent: root model streams cells into a ``spectool.Runtime``."""
+    """RLM-style agent: the root model streams cells into a ``spectool.Runtime``.
+
+    root_model: ``stream(messages) -> AsyncIterator[str]``; sub_model:
+    ``async complete(prompt) -> str`` (defaults to the root model when it has
+    ``complete``). mode: the runtime's mode. max_turns: root-model turns at most.
+    output_limit: characters of cell output fed back per turn. tools: extra
+    ``spectool`` tools placed in the namespace. system_prompt: a format string with
+    ``{context_chars}``, ``{output_limit}`` and ``{extra_tools}``. batch_concurrency:
+    sub-calls in flight for one ``llm_query_batched``. recursive_model: enables
+    ``rlm_query(prompt, context)`` (a nested ReplAgent, never speculated) up to
+    ``max_depth`` levels. Other keywords go to ``spectool.Runtime`` (``executor``,
+    ``max_in_flight``, ...). One agent may run many questions, also concurrently:
+    every ``run`` has its own runtime and namespace.
+    """
 
     def __init__(
         self,

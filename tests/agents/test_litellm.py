@@ -106,3 +106,14 @@ async def test_function_calls_stream_through_litellm():
     (call,) = message.calls
     assert (call.name, call.arguments(), call.value) == ("lookup", {"key": 'a " } b'}, 'b } " a')
     assert message.stats.hits == 1
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_under_trio_the_adapter_says_asyncio_only():
+    # raises before any request: port 9 (discard) is never contacted
+    model = LiteLLMModel("openai/x", api_base="http://127.0.0.1:9/v1", api_key="sk-dummy")
+    with pytest.raises(RuntimeError, match="asyncio only"):
+        async for _ in model.stream([{"role": "user", "content": "hi"}]):
+            pass
+    with pytest.raises(RuntimeError, match="asyncio only"):
+        await LiteLLMSubModel("openai/x", api_base="http://127.0.0.1:9/v1").complete("hi")
