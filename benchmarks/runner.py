@@ -335,6 +335,7 @@ def summarise(cfg: BenchConfig, runs: list[dict[str, Any]],
             **{k: sum(e["stats"].get(k, 0) for e in eps) for k in
                ("dispatched", "hits", "misses", "wasted", "evicted")},
             "sub_calls": sum(e["sub_calls"] for e in eps),
+            "server_requests": sum(1 for r in rs for q in r["requests"] if q["kind"] == "sub"),
         })
     # per shape, concurrency 1
     by_shape = defaultdict(lambda: defaultdict(list))
@@ -404,10 +405,11 @@ def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
              "score = official OOLONG-synth scorer (Pairs: set F1); lenient = lenient scorer",
              "speedup = vs baseline, same decoding; vs van = vs baseline with vanilla root "
              "decoding (both tiers); oracle = bound's speed-up (concurrency 1); "
-             "%orcl = speedup / oracle",
+             "%orcl = speedup / oracle; calls = sub-calls the cells made; sent = requests "
+             "the server got (speculative ones included)",
              ""]
     head = (f"{'decoding':<12}{'conc':>5} {'mode':<9}{'wall ' + unit:>11}{'speedup':>9}"
-            f"{'vs van':>8}{'oracle':>8}{'%orcl':>7}{'score':>7}{'lenient':>8}{'calls':>7}{'hits':>6}"
+            f"{'vs van':>8}{'oracle':>8}{'%orcl':>7}{'score':>7}{'lenient':>8}{'calls':>7}{'sent':>6}{'hits':>6}"
             f"{'miss':>6}{'waste':>6}{'evict':>6}")
     lines += [head, "-" * len(head)]
     for r in summary["rows"]:
@@ -416,7 +418,7 @@ def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
             f"{_fmt(r['speedup']):>9}{_fmt(r['speedup_vs_vanilla_baseline']):>8}"
             f"{_fmt(r['oracle_speedup']):>8}{_fmt(r['pct_of_oracle'], '.0f'):>7}"
             f"{_fmt(r['score_official'], '.3f'):>7}{_fmt(r['score_lenient'], '.3f'):>8}"
-            f"{r['sub_calls']:>7}{r['hits']:>6}{r['misses']:>6}{r['wasted']:>6}{r['evicted']:>6}")
+            f"{r['sub_calls']:>7}{r['server_requests']:>6}{r['hits']:>6}{r['misses']:>6}{r['wasted']:>6}{r['evicted']:>6}")
     if summary["shapes"]:
         lines += ["", f"per shape (concurrency {min(cfg.concurrency)}; time in {unit}; "
                       "oracle = speed-up bound if every call started when its arguments were known)"]
@@ -459,7 +461,8 @@ async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
     if cfg.progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=total, desc="oolong episodes", unit="ep", leave=False)
+        bar = tqdm(total=total, desc="oolong episodes", unit="ep", leave=False,
+                   disable=None)  # None: shown on a terminal only
     runs = []
     t0 = time.perf_counter()
     if cfg.simulated:
