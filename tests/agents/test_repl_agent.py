@@ -188,6 +188,43 @@ async def test_spec_mode_hits_with_answers_identical_to_baseline():
     assert spec.sub_calls == base.sub_calls
 
 
+BATCHED = [
+    cell(
+        "chunks = [context[i:i + 10] for i in range(0, len(context), 10)]\n"
+        "labels = llm_query_batched(['classify: ' + c for c in chunks])\n"
+        "print(len(labels))"
+    ),
+    cell("FINAL(' | '.join(labels))"),
+]
+
+
+async def _batched(mode: str) -> tuple[AgentResult, CountingSub]:
+    context = "".join(f"row {i:02d} ok\n" for i in range(5))
+    sub = CountingSub(n=(len(context) + 9) // 10)
+    last = -(-len(BATCHED[0]) // 4) - 1
+
+    async def before(call: int, i: int, delta: str) -> None:
+        if mode == "spec" and call == 0 and i == last:   # see _chunked
+            with anyio.fail_after(20):
+                await sub.launched.wait()
+
+    model = ScriptedModel(BATCHED, chunk_size=4, before_delta=before)
+    return await ReplAgent(model, sub, mode=mode).run(context, "q"), sub
+
+
+async def test_batched_calls_are_speculated_per_element():
+    base, base_sub = await _batched("baseline")
+    spec, spec_sub = await _batched("spec")
+    assert base.answer == spec.answer and base.answer.count("|") == 4
+    n = int(spec.turns[0].stdout)
+    # each element was launched as its own llm_query while the message streamed,
+    # and the real batched call claimed every one of them
+    assert spec.turns[0].stats["dispatched"] == n
+    assert spec.turns[0].stats["hits"] == n and spec.turns[0].stats["misses"] == 0
+    assert base.turns[0].stats["misses"] == n and base.turns[0].stats.get("hits", 0) == 0
+    assert sorted(spec_sub.prompts) == sorted(base_sub.prompts)
+
+
 async def test_recursive_sub_agent_is_never_speculated():
     inner = ScriptedModel([cell("FINAL('inner:' + context)")])
     root = ScriptedModel([
