@@ -161,14 +161,6 @@ class _Final:
             self.kind, self.value = kind, value
 
 
-def _batched_tool(fn: Any) -> Any:
-    """``llm_query_batched`` as a pure tool, speculated per element where supported."""
-    try:
-        return spectool.tool(speculate="pure", name="llm_query_batched", batched_of="llm_query")(fn)
-    except TypeError:  # a runtime without per-element batching: speculate the whole list
-        return spectool.tool(speculate="pure", name="llm_query_batched")(fn)
-
-
 class ReplAgent:
     """RLM-style agent: the root model streams cells into a ``spectool.Runtime``.
 
@@ -229,6 +221,9 @@ class ReplAgent:
             counter[0] += 1
             return await sub_model.complete(prompt)
 
+        # batched_of: the shadow launches one llm_query per element and the real call
+        # claims each element's speculation; only the elements that missed reach here.
+        @spectool.tool(speculate="pure", name="llm_query_batched", batched_of="llm_query")
         async def llm_query_batched(prompts: list[str]) -> list[str]:
             results: list[str] = [""] * len(prompts)
 
@@ -250,7 +245,7 @@ class ReplAgent:
         def final_var_tool(name: Any) -> None:
             final.set("FINAL_VAR", name)
 
-        tools = [llm_query, _batched_tool(llm_query_batched), final_tool, final_var_tool]
+        tools = [llm_query, llm_query_batched, final_tool, final_var_tool]
         if self.recursive_model is not None and self._depth < self.max_depth:
             tools.append(self._recursive_tool())
         return tools + self.extra_tools
