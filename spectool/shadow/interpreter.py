@@ -49,13 +49,6 @@ from .values import Outcome, Pending, TailBet, ToolInfo, Touched, Unknown, WaitF
 __all__ = ["ShadowInterpreter", "StatementRecord"]
 
 
-def _peek_tail(interp: "ShadowInterpreter", tail: str) -> list[TailBet]:
-    from .tail import peek_tail  # tail.py builds on this module
-
-    global _peek_tail
-    _peek_tail = peek_tail
-    return peek_tail(interp, tail)
-
 _OPAQUE = (Pending, Unknown)
 _DATA_TYPES = IMMUTABLE_TYPES | MUTABLE_TYPES
 _ATTR_TYPES = _DATA_TYPES | {type({}.keys()), type({}.values()), type({}.items())}
@@ -398,7 +391,8 @@ class ShadowInterpreter:
         return s
 
     def _store(self, name: str, value: object, scope: Scope) -> None:
-        target = scope if scope.kind == "comp" and name in scope.vars else self._owner(name, scope)
+        # a comprehension binds its targets in its own scope (walrus goes to the parent)
+        target = scope if scope.kind == "comp" else self._owner(name, scope)
         target.vars[name] = value
         if target is self._module:
             self._deleted.discard(name)
@@ -975,6 +969,8 @@ class ShadowInterpreter:
 
     def _getattr(self, obj: object, name: str) -> object:
         if name.startswith("_"):
+            if name == "__name__" and type(obj) in (SafeFunc, ShadowFunction):
+                return obj.name  # type: ignore[union-attr]  # e.g. type(e).__name__
             raise ShadowDeclined("underscore attribute")
         if isinstance(obj, ModuleProxy):
             member = obj.members.get(name)
@@ -1835,3 +1831,6 @@ def _is_iterator(value: object) -> bool:
 
 
 _MUTATES_ARG = frozenset({next})
+
+
+from .tail import peek_tail as _peek_tail  # noqa: E402  (tail.py builds on this module)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import collections
 import re
+import sys
 from typing import TYPE_CHECKING
 
 from ..segmenter import LineLexer
@@ -218,7 +219,7 @@ def _relevant(interp: "ShadowInterpreter", names) -> bool:
 
 
 def _evaluate(interp: "ShadowInterpreter", tree: ast.Module) -> list[TailBet]:
-    from . import interpreter as I
+    I = sys.modules[type(interp).__module__]  # the interpreter module (imports this one)
 
     saved = (interp._steps, interp._next_check, interp._alloc, interp._seconds, interp._resumed,
              interp._max_steps, interp._max_seconds, interp._depth, interp._nowait,
