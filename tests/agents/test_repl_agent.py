@@ -259,3 +259,12 @@ async def test_concurrent_runs_share_nothing():
         for i in range(4):
             tg.start_soon(one, i)
     assert results == {i: str(i) for i in range(4)}
+
+
+async def test_cells_can_run_in_the_subprocess_executor():
+    result = await run(
+        [cell("x = llm_query('a')\nprint(x)"), cell("y = x * 2\nFINAL_VAR('y')")],
+        executor="subprocess",
+    )
+    assert (result.answer, result.finished_by) == ("<a><a>", "FINAL_VAR")
+    assert result.turns[0].stdout == "<a>\n"
