@@ -202,6 +202,7 @@ class ShadowInterpreter:
         self._tail_memo: tuple | None = None
         self._handling: list[BaseException] = []
         self._last_error: BaseException | None = None
+        self._interrupted = False
         self._cell_seconds = 0.0
         self._stmt_handlers = {getattr(ast, n[6:]): getattr(self, n) for n in dir(self)
                                if n.startswith("_exec_") and hasattr(ast, n[6:])}
@@ -221,6 +222,12 @@ class ShadowInterpreter:
         the whole cell was hit: later statements are not evaluated."""
         return self._dead
 
+    def interrupt(self) -> None:
+        """Stop the shadow soon (may be called from another thread): the running step
+        ends at its next budget check and later statements are skipped."""
+        self._interrupted = True
+        self._next_check = 0
+
     def value_of(self, name: str) -> object:
         """The shadow's current value of a global name (for tests and debugging)."""
         return self._global(name)
@@ -232,6 +239,8 @@ class ShadowInterpreter:
         second parse; it is only read.
         """
         index = len(self._records)
+        if self._interrupted:
+            self._dead = True
         if self._dead:
             self._records.append(StatementRecord(index, "skipped", "an earlier statement raised", 0))
             return
@@ -282,7 +291,7 @@ class ShadowInterpreter:
         self._max_steps = self._limits.max_steps if max_steps is None else max_steps
         self._max_seconds = self._limits.max_seconds if max_seconds is None else max_seconds
         self._steps = 0
-        self._next_check = 4096
+        self._next_check = 0 if self._interrupted else 4096
         self._alloc = 0
         self._seconds = 0.0
         self._resumed = time.perf_counter()
@@ -294,6 +303,9 @@ class ShadowInterpreter:
         self._steps += n
         if self._steps >= self._next_check:
             self._next_check = self._steps + 4096
+            if self._interrupted:
+                self._dead = True
+                raise LimitExceeded("interrupted")
             if self._steps > self._max_steps:
                 raise LimitExceeded("step limit")
             if self._used() > self._max_seconds:

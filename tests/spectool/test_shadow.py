@@ -255,3 +255,21 @@ def test_run_statement_is_a_generator_of_waitfor():
     with pytest.raises(StopIteration):
         gen.send(Outcome(value="A"))
     assert interp.value_of("x") == "A!"
+
+
+def test_interrupt_stops_the_running_statement_and_the_rest():
+    class InterruptingHost(RecordingHost):
+        def launch(self, tool_name, args, kwargs, *, origin):
+            handle = super().launch(tool_name, args, kwargs, origin=origin)
+            if len(self.launches) == 3:
+                interp.interrupt()
+            return handle
+
+    host = InterruptingHost()
+    interp = ShadowInterpreter({}, {"llm_query": ToolInfo("llm_query", "pure")}, host)
+    from shadow_driver import drive
+
+    drive(interp, "for i in range(100000):\n    llm_query(str(i))\n", host)
+    drive(interp, "llm_query('later')", host)
+    assert 3 <= len(host.launches) < 5000
+    assert interp.stopped and interp.records[-1].status == "skipped"
