@@ -78,7 +78,8 @@ class Runtime:
     flight across this runtime's turns (waits, never refuses; real calls are exempt).
     max_dispatches_per_turn: speculative dispatches per turn (later launches are declined).
     max_output_bytes: default output cap for tools without their own.
-    shadow_limits: a ``spectool.shadow.Limits`` for the shadow interpreter.
+    shadow_limits (alias ``limits``): a ``spectool.shadow.Limits`` for the shadow.
+    worker_limits: a ``spectool.WorkerLimits`` for the subprocess executor.
     on_event: called synchronously with every trace ``Event`` as it happens (progress
     displays, tests); it must not block.
     """
@@ -88,7 +89,11 @@ class Runtime:
                  max_in_flight: int = 16, max_dispatches_per_turn: int = 256,
                  max_arg_bytes_in_flight: int = 4 << 20, max_output_bytes: int | None = None,
                  shadow_limits: Any = None, languages: tuple[str, ...] = ("repl", "python"),
-                 worker_limits: Any = None, on_event: Any = None) -> None:
+                 worker_limits: Any = None, on_event: Any = None, limits: Any = None) -> None:
+        if limits is not None:
+            if shadow_limits is not None:
+                raise ValueError("pass limits or shadow_limits, not both")
+            shadow_limits = limits
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, not {mode!r}")
         self.mode: Mode = mode

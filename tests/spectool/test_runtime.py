@@ -225,3 +225,31 @@ async def test_batched_tool_claims_element_speculations(anyio_backend, mode):
         assert sum(len(b) for b in batch_calls) + len(element_runs) - 1 >= 4
         assert all(b[-1] == "n!" for b in batch_calls) and len(batch_calls) == 1
         assert res.stats.hits + res.stats.misses == 5
+
+
+@pytest.mark.anyio
+async def test_trace_and_stats_describe_the_turn(anyio_backend):
+    from spectool.shadow import Limits
+
+    rec = Recorder()
+    seen = []
+    rt = spectool.Runtime([rec.pure(), rec.never()], mode="spec", limits=Limits(),
+                          on_event=lambda e: seen.append(e.kind))
+    stream = GatedStream("```repl\na = q(1)\n", rec.event("q(1)"), "note('x')\nb = a + 1\n```\n")
+    with anyio.fail_after(20):
+        res = await rt.run(stream)
+    events = json.loads(res.trace.to_json())
+    kinds = [e["kind"] for e in events]
+    assert kinds == seen                                   # the listener saw every event live
+    for kind in ("chunk", "statement", "launch", "cell_closed", "stream_end", "cell_start",
+                 "claim_hit", "call", "cell_end", "turn_end"):
+        assert kind in kinds, kind
+    times = [e["t"] for e in events]
+    assert times == sorted(times)
+    assert kinds.index("launch") < kinds.index("stream_end") < kinds.index("claim_hit")
+    s = res.stats
+    assert (s.dispatched, s.hits, s.misses, s.calls, s.evicted, s.wasted) == (1, 1, 0, 1, 0, 0)
+    assert s.saved_s > 0 and s.t_turn >= s.t_stream and s.t_exec > 0
+    assert events[-1]["hits"] == 1 and s.to_dict()["hits"] == 1
+    with pytest.raises(ValueError):
+        spectool.Runtime([], limits=Limits(), shadow_limits=Limits())
