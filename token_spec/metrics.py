@@ -95,10 +95,7 @@ class SpecMetrics:
 
     def add(self, other: SpecMetrics) -> None:
         """Accumulate another request's counters into this one."""
-        for name in (
-            "num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_full_accepts", "num_rounds",
-            "num_emitted_tokens", "num_requests", "prefill_s", "drafting_s", "verification_s", "total_s",
-        ):
+        for name in self._SUMMED:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         per_pos = self.num_accepted_tokens_per_pos
         if len(per_pos) < len(other.num_accepted_tokens_per_pos):
@@ -106,6 +103,29 @@ class SpecMetrics:
         for i, c in enumerate(other.num_accepted_tokens_per_pos):
             per_pos[i] += c
         self.lossless = self.lossless and other.lossless
+
+    _SUMMED = (
+        "num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_full_accepts", "num_rounds",
+        "num_emitted_tokens", "num_requests", "prefill_s", "drafting_s", "verification_s", "total_s",
+    )
+
+    def copy(self) -> SpecMetrics:
+        out = SpecMetrics(lossless=self.lossless)
+        out.add(self)
+        return out
+
+    def since(self, before: SpecMetrics) -> SpecMetrics:
+        """The counts accumulated after the snapshot ``before`` (cumulative - before)."""
+        out = self.copy()
+        for name in self._SUMMED:
+            setattr(out, name, getattr(self, name) - getattr(before, name))
+        prev = before.num_accepted_tokens_per_pos
+        out.num_accepted_tokens_per_pos = [
+            c - (prev[i] if i < len(prev) else 0) for i, c in enumerate(self.num_accepted_tokens_per_pos)
+        ]
+        while out.num_accepted_tokens_per_pos and out.num_accepted_tokens_per_pos[-1] == 0:
+            out.num_accepted_tokens_per_pos.pop()
+        return out
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -17,7 +17,7 @@ from token_spec.sampling import SamplingParams
 pytestmark = pytest.mark.model
 
 CODE = [{"role": "user", "content": "Write a Python function `add(a, b)` that returns a + b."}]
-GREEDY = SamplingParams(temperature=0, max_tokens=20)
+GREEDY = SamplingParams(temperature=0, max_tokens=12)
 
 
 class JunkDrafter:
@@ -47,9 +47,9 @@ def vanilla_code(target):
 
 def test_vanilla_generation_basics(target, vanilla_code):
     g = vanilla_code
-    assert len(g.token_ids) == 20 and g.finish_reason == "length"
+    assert len(g.token_ids) == 12 and g.finish_reason == "length"
     assert g.text == target.decode(g.token_ids)
-    assert g.metrics.num_emitted_tokens == 20 and g.metrics.num_rounds == 20
+    assert g.metrics.num_emitted_tokens == 12 and g.metrics.num_rounds == 12
     assert g.metrics.num_drafts == 0 and g.lossless
 
 
@@ -69,7 +69,7 @@ def test_metrics_counters_are_consistent(target):
     g1 = dec.generate(CODE, GREEDY)
     g2 = dec.generate(CODE, GREEDY)
     for m in (g1.metrics, g2.metrics):
-        assert m.num_emitted_tokens == 20
+        assert m.num_emitted_tokens == 12
         assert m.num_draft_tokens <= 4 * m.num_drafts
         assert sum(m.num_accepted_tokens_per_pos) == m.num_accepted_tokens
         pos = m.num_accepted_tokens_per_pos
@@ -78,11 +78,11 @@ def test_metrics_counters_are_consistent(target):
         assert m.num_emitted_tokens <= m.num_rounds + m.num_accepted_tokens
         assert m.mean_acceptance_length == pytest.approx(1 + m.num_accepted_tokens / max(m.num_drafts, 1))
         assert m.verification_s > 0 and m.total_s >= m.verification_s + m.drafting_s
-        assert m.tokens_per_s == pytest.approx(20 / m.total_s)
+        assert m.tokens_per_s == pytest.approx(12 / m.total_s)
     cum = dec.metrics.cumulative
     assert cum.num_requests == 2 and dec.metrics.last is g2.metrics
     assert cum.num_accepted_tokens == g1.metrics.num_accepted_tokens + g2.metrics.num_accepted_tokens
-    assert cum.num_emitted_tokens == 40
+    assert cum.num_emitted_tokens == 24
 
 
 def test_max_tokens_and_eos(target):
@@ -90,8 +90,8 @@ def test_max_tokens_and_eos(target):
     short = dec.generate(CODE, SamplingParams(temperature=0, max_tokens=3))
     assert len(short.token_ids) == 3 and short.finish_reason == "length"
     msgs = [{"role": "user", "content": "Reply with the single word: yes"}]
-    g = dec.generate(msgs, SamplingParams(temperature=0, max_tokens=40))
-    assert g.finish_reason == "eos" and len(g.token_ids) < 40
+    g = dec.generate(msgs, SamplingParams(temperature=0, max_tokens=12))
+    assert g.finish_reason == "eos" and len(g.token_ids) < 12
     assert not set(g.token_ids) & set(target.eos_ids)
     assert "<|im_end|>" not in g.text and g.text.strip()
 
@@ -106,14 +106,14 @@ def test_stop_string_split_across_rounds(target, vanilla_code):
     expected = text[: text.find(stop)]
     for drafter in (NgramDrafter(), JunkDrafter(5)):
         g = SpeculativeDecoder(target, drafter, gamma_policy=FixedGamma(2)).generate(
-            CODE, SamplingParams(temperature=0, max_tokens=20, stop=(stop, "never-there"))
+            CODE, SamplingParams(temperature=0, max_tokens=12, stop=(stop, "never-there"))
         )
         assert g.finish_reason == "stop" and g.text == expected
 
 
 def test_multibyte_prompt_and_output_stream_is_utf8_safe(target):
     msgs = [{"role": "user", "content": "Repeat exactly: «日本語のテキスト» — café 🙂🙂🙂"}]
-    params = SamplingParams(temperature=0, max_tokens=24)
+    params = SamplingParams(temperature=0, max_tokens=14)
     dec = SpeculativeDecoder(target, NgramDrafter())
     deltas = []
 
@@ -145,7 +145,7 @@ def test_drafter_with_another_vocabulary_is_refused(target):
 
 def test_seeded_sampling_is_reproducible(target):
     dec = SpeculativeDecoder(target, NgramDrafter())
-    p = SamplingParams(temperature=0.9, top_p=0.9, max_tokens=10, seed=123)
+    p = SamplingParams(temperature=0.9, top_p=0.9, max_tokens=6, seed=123)
     assert dec.generate(CODE, p).token_ids == dec.generate(CODE, p).token_ids
 
 
@@ -161,7 +161,7 @@ async def test_stream_runs_rounds_off_the_event_loop_and_yields_verified_text(ta
         assert vanilla_code.text.startswith("".join(seen))
     assert "".join(seen) == vanilla_code.text
     assert drafter.threads and loop_thread not in drafter.threads
-    assert dec.metrics.last.num_emitted_tokens == 20
+    assert dec.metrics.last.num_emitted_tokens == 12
 
 
 @pytest.mark.anyio
@@ -171,6 +171,6 @@ async def test_stream_can_be_abandoned_and_the_decoder_reused(target, vanilla_co
     first = await agen.__anext__()
     await agen.aclose()
     assert vanilla_code.text.startswith(first)
-    assert dec.metrics.last.num_emitted_tokens < 20
+    assert dec.metrics.last.num_emitted_tokens < 12
     rest = [d async for d in dec.stream(CODE, SamplingParams(temperature=0, max_tokens=5))]
     assert vanilla_code.text.startswith("".join(rest))

@@ -1,0 +1,38 @@
+"""`token_spec bench` on a tiny setting writes the JSON and the PNG and prints the table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from token_spec.cli import build_parser, main
+
+pytestmark = pytest.mark.model
+
+
+def test_parser_defaults_and_flags():
+    args = build_parser().parse_args(["bench", "--out", "x", "--gamma", "6", "--domains", "code,agent"])
+    assert args.gamma == 6 and args.domains == "code,agent" and args.max_tokens == 64 and args.repeats == 3
+
+
+def test_bench_tiny_run_writes_json_and_png(target, tmp_path, capsys):
+    out = tmp_path / "bench"
+    rc = main(["bench", "--out", str(out), "--max-tokens", "6", "--repeats", "1", "--domains", "code",
+               "--prompts", "1", "--drafters", "ngram,suffix", "--gamma", "3"])
+    assert rc == 0
+    result = json.loads((out / "bench.json").read_text())
+    methods = {r["method"] for r in result["rows"]}
+    assert {"vanilla", "spec:ngram", "spec:suffix", "hf:greedy", "hf:prompt_lookup"} <= methods
+    for row in result["rows"]:
+        assert row["domain"] == "code" and row["tokens"] > 0 and row["tokens_per_s"] > 0
+        # greedy: every method reproduces vanilla's tokens on this prompt
+        assert row["identical"] is True
+    vanilla = next(r for r in result["rows"] if r["method"] == "vanilla")
+    assert vanilla["speedup"] == pytest.approx(1.0)
+    spec = next(r for r in result["rows"] if r["method"] == "spec:ngram")
+    assert spec["counters"]["num_emitted_tokens"] == spec["tokens"]
+    assert result["command"].startswith("token_spec bench")
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    printed = capsys.readouterr().out
+    assert "spec:ngram" in printed and "tok/s" in printed and "bench.json" in printed
