@@ -26,10 +26,12 @@ from __future__ import annotations
 import ast
 import collections
 import re
-import sys
 from typing import TYPE_CHECKING
 
 from ..segmenter import LineLexer
+from .internals import (
+    _Break, _Continue, _PeekDone, _Return, _Uncertain, _UnknownValue, _UserError, _WouldWait,
+)
 from .limits import LimitExceeded, ShadowDeclined
 from .scope import Scope, ShadowFunction
 from .values import TailBet, Touched
@@ -219,7 +221,6 @@ def _relevant(interp: "ShadowInterpreter", names) -> bool:
 
 
 def _evaluate(interp: "ShadowInterpreter", tree: ast.Module) -> list[TailBet]:
-    I = sys.modules[type(interp).__module__]  # the interpreter module (imports this one)
 
     saved = (interp._steps, interp._next_check, interp._alloc, interp._seconds, interp._resumed,
              interp._max_steps, interp._max_seconds, interp._depth, interp._nowait,
@@ -241,9 +242,8 @@ def _evaluate(interp: "ShadowInterpreter", tree: ast.Module) -> list[TailBet]:
             gen.close()  # peek mode never waits; stop if it ever tried
         except StopIteration:
             pass
-    except (I._UserError, I._Uncertain, I._PeekDone, I._Break, I._Continue, I._Return,
-            I._UnknownValue, I._WouldWait, ShadowDeclined, LimitExceeded, Touched,
-            RecursionError, MemoryError):
+    except (_UserError, _Uncertain, _PeekDone, _Break, _Continue, _Return, _UnknownValue,
+            _WouldWait, ShadowDeclined, LimitExceeded, Touched, RecursionError, MemoryError):
         pass
     finally:
         interp._peek = False

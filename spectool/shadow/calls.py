@@ -1,0 +1,286 @@
+"""Calls in the shadow interpreter (a mixin of ``ShadowInterpreter``).
+
+Shadow functions run in the evaluator; allow-listed builtins run as raw calls on
+prepared arguments; a speculatable tool with known, plain arguments is launched through
+the host and gives a ``Pending`` value (in peek mode: a ``TailBet``).
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import operator
+
+from .. import keys
+from . import analysis
+from .builtins import LAZY_RAW, MUTATING_METHODS, ModuleProxy, SafeFunc, is_consuming
+from .copying import MUTABLE_TYPES
+from .limits import LimitExceeded, ShadowDeclined
+from .scope import Scope, ShadowFunction, ToolRef
+from .values import Pending, TailBet, ToolInfo, Unknown
+from .internals import (
+    _FAILED,
+    _FUNCTION_APPLYING_LAZY,
+    _MUTATES_ARG,
+    _PLAIN_ARG,
+    _Return,
+    _Uncertain,
+    _UnknownValue,
+    _UserError,
+    _WouldWait,
+    _call_written,
+    _is_iterator,
+)
+
+__all__ = ["CallsMixin"]
+
+
+class CallsMixin:
+    """Methods of ``ShadowInterpreter``; the state they use is defined there."""
+
+    def _eval_Call(self, node: ast.Call, scope: Scope):
+        func_node = node.func
+        receiver = None
+        try:
+            if isinstance(func_node, ast.Attribute):
+                receiver = yield from self._known(func_node.value, scope)
+                fn = self._getattr(receiver, func_node.attr)
+            else:
+                fn = yield from self._eval(func_node, scope)
+            if type(fn) is Pending:
+                fn = yield from self._need(fn)
+        except (_UnknownValue, ShadowDeclined) as exc:
+            if isinstance(exc, LimitExceeded):
+                raise
+            yield from self._eval_args(node, scope)  # calls inside the arguments still happen
+            self._taint(_call_written(node), scope, frozenset())
+            raise _UnknownValue from None
+        if isinstance(fn, SafeFunc) and fn.special == "print":
+            self._nowait += 1
+            try:
+                yield from self._eval_args(node, scope)
+            except (_WouldWait, _UnknownValue):
+                pass
+            finally:
+                self._nowait -= 1
+            return None
+        args, kwargs = yield from self._eval_args(node, scope)
+        mutating = (receiver is not None and type(receiver) in MUTABLE_TYPES
+                    and func_node.attr in MUTATING_METHODS)  # type: ignore[attr-defined]
+        if mutating and self._shared(receiver):
+            self._taint(_call_written(node), scope, frozenset())
+            raise _UnknownValue
+        # Counter.update/subtract count as they go: settle first so a retry cannot
+        # count twice (other mutators fail before mutating, or are idempotent)
+        settle = mutating and type(receiver) is collections.Counter
+        try:
+            return (yield from self._call(fn, args, kwargs, settle_first=settle))
+        except (_UnknownValue, _Uncertain):
+            if mutating or isinstance(fn, ShadowFunction) or type(fn) is Unknown:
+                self._taint(_call_written(node), scope, frozenset())
+            raise _UnknownValue from None
+
+    def _eval_args(self, node: ast.Call, scope: Scope):
+        args: list = []
+        for arg in node.args:
+            if isinstance(arg, ast.Starred):
+                value = yield from self._known(arg.value, scope)
+                args.extend((yield from self._materialize(value)))
+            else:
+                args.append((yield from self._eval_value(arg, scope)))
+        kwargs: dict = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                mapping = yield from self._known(kw.value, scope)
+                if type(mapping) is not dict or any(type(k) is not str for k in mapping):
+                    raise ShadowDeclined("** of a non-dict")
+                kwargs.update(mapping)
+            else:
+                kwargs[kw.arg] = yield from self._eval_value(kw.value, scope)
+        return tuple(args), kwargs
+
+    def _call(self, fn: object, args: tuple, kwargs: dict, settle_first: bool = False):
+        t = type(fn)
+        if t is Unknown:
+            raise _UnknownValue
+        if t is ShadowFunction:
+            return (yield from self._call_function(fn, args, kwargs))  # type: ignore[arg-type]
+        if t is ToolRef:
+            return (yield from self._call_tool(fn.info, args, kwargs))  # type: ignore[union-attr]
+        if t is SafeFunc:
+            if fn.special is not None:
+                handler = getattr(self, "_builtin_" + fn.special)
+                return (yield from handler(fn, args, kwargs))
+            for v in (*args, *kwargs.values()):
+                if type(v) is Unknown:
+                    raise _UnknownValue
+            if fn.check is not None:
+                fn.check(args, kwargs, self._limits)
+            for v in (*args, *kwargs.values()):
+                if type(v) not in _PLAIN_ARG:
+                    args, kwargs = yield from self._prepare_raw_args(fn.raw, args, kwargs)
+                    break
+            else:
+                if self._peek and fn.raw in _MUTATES_ARG:
+                    raise _UnknownValue
+            if settle_first or fn.raw in _FUNCTION_APPLYING_LAZY:
+                result = yield from self._apply(fn.raw, args, kwargs, settle_first=True)
+            else:
+                result = self._try(fn.raw, args, kwargs)
+                if result is _FAILED:
+                    result = yield from self._apply(fn.raw, args, kwargs, failed=True)
+            if fn.is_class and type(result) in MUTABLE_TYPES:
+                self._made(result)
+            return result
+        if isinstance(fn, operator.itemgetter):
+            return (yield from self._apply(fn, args, kwargs))
+        raise ShadowDeclined(f"calling a {type(fn).__name__}")
+
+    def _prepare_raw_args(self, raw: object, args: tuple, kwargs: dict):
+        """Unwrap passable callables, refuse others, materialise iterators for consumers."""
+        lazy = raw in LAZY_RAW
+
+        def prepare(v: object):
+            if isinstance(v, SafeFunc):
+                if not v.passable:
+                    raise ShadowDeclined(f"{v.name} cannot be passed to a builtin")
+                return v.raw
+            if isinstance(v, (ShadowFunction, ToolRef, ModuleProxy)):
+                raise ShadowDeclined("a shadow callable passed to a builtin")
+            if type(v) is range and not lazy and len(v) > self._limits.max_range_consumed:
+                raise LimitExceeded("huge range consumed")
+            if _is_iterator(v):
+                if self._peek:
+                    raise _UnknownValue
+                if not lazy or is_consuming(raw):
+                    return (yield from self._materialize(v))
+            return v
+            yield  # pragma: no cover
+
+        new_args = []
+        for v in args:
+            new_args.append((yield from prepare(v)))
+        new_kwargs = {}
+        for k, v in kwargs.items():
+            new_kwargs[k] = yield from prepare(v)
+        if raw in _MUTATES_ARG and self._peek:
+            raise _UnknownValue
+        return tuple(new_args), new_kwargs
+
+    def _call_function(self, fn: ShadowFunction, args: tuple, kwargs: dict):
+        if self._depth >= self._limits.max_recursion:
+            raise LimitExceeded("recursion limit")
+        frame = Scope("function", {}, fn.scope, fn.locals, fn.globals_decl, fn.nonlocals_decl)
+        self._bind(fn, args, kwargs, frame.vars)
+        self._depth += 1
+        try:
+            if isinstance(fn.node, ast.Lambda):
+                return (yield from self._eval(fn.node.body, frame))
+            yield from self._exec_block(fn.node.body, frame)
+            return None
+        except _Return as ret:
+            return ret.value
+        except _Uncertain:
+            body = fn.node.body if isinstance(fn.node.body, list) else [fn.node.body]
+            outer = analysis.written_names(body) - fn.locals
+            self._taint(outer, frame, analysis.bound_names(body))
+            raise
+        finally:
+            self._depth -= 1
+
+    def _bind(self, fn: ShadowFunction, args: tuple, kwargs: dict, out: dict) -> None:
+        a = fn.node.args
+        positional = [p.arg for p in a.posonlyargs + a.args]
+        n_defaults = len(fn.defaults)
+        for i, name in enumerate(positional):
+            if i < len(args):
+                out[name] = args[i]
+        if len(args) > len(positional):
+            if a.vararg is None:
+                raise _UserError(TypeError(
+                    f"{fn.name}() takes {len(positional)} positional arguments but {len(args)} were given"))
+            out[a.vararg.arg] = tuple(args[len(positional):])
+        elif a.vararg is not None:
+            out[a.vararg.arg] = ()
+        extra = {}
+        posonly = {p.arg for p in a.posonlyargs}
+        kwonly = [p.arg for p in a.kwonlyargs]
+        for key, value in kwargs.items():
+            if key in out and key in positional:
+                raise _UserError(TypeError(f"{fn.name}() got multiple values for argument {key!r}"))
+            if (key in positional and key not in posonly) or key in kwonly:
+                out[key] = value
+            elif a.kwarg is not None:
+                extra[key] = value
+            else:
+                raise _UserError(TypeError(f"{fn.name}() got an unexpected keyword argument {key!r}"))
+        for i, name in enumerate(positional):
+            if name not in out:
+                j = i - (len(positional) - n_defaults)
+                if j >= 0:
+                    out[name] = fn.defaults[j]
+                else:
+                    raise _UserError(TypeError(f"{fn.name}() missing required positional argument: {name!r}"))
+        for name, default in zip(kwonly, fn.kw_defaults):
+            if name not in out:
+                if default is None and name not in kwargs:
+                    idx = kwonly.index(name)
+                    if a.kw_defaults[idx] is None:
+                        raise _UserError(TypeError(f"{fn.name}() missing required keyword argument: {name!r}"))
+                out[name] = default
+        if a.kwarg is not None:
+            out[a.kwarg.arg] = extra
+
+    def _call_tool(self, info: ToolInfo, args: tuple, kwargs: dict):
+        if info.batched_of is not None:
+            return (yield from self._call_batched(info, args, kwargs))
+        if not info.speculatable:
+            raise _UnknownValue
+        args, kwargs, _, unknown = yield from self._settle_call(args, kwargs)
+        if unknown:
+            raise _UnknownValue
+        return self._launch(info.name, info, args, kwargs)
+
+    def _call_batched(self, info: ToolInfo, args: tuple, kwargs: dict):
+        target = self._tools.get(info.batched_of or "")
+        spec_info = target if target is not None else ToolInfo(info.batched_of or "", info.speculate)
+        if not spec_info.speculatable or not args:
+            raise _UnknownValue
+        items = yield from self._need(args[0])
+        if type(items) not in (list, tuple):
+            raise _UnknownValue
+        rest, kwargs, _, unknown = yield from self._settle_call(args[1:], kwargs)
+        if unknown:
+            raise _UnknownValue
+        out = []
+        for item in items:
+            try:
+                item = yield from self._need(item)
+                item, _, unknown = yield from self._settle(item, set())
+                if unknown:
+                    raise _UnknownValue
+                out.append(self._launch(spec_info.name, spec_info, (item, *rest), kwargs))
+            except _UnknownValue:
+                out.append(Unknown("batched element"))
+        return out
+
+    def _launch(self, name: str, info: ToolInfo, args: tuple, kwargs: dict) -> object:
+        key = keys.call_key(args, kwargs)
+        if key is None:
+            raise _UnknownValue
+        try:
+            args = keys.plain_snapshot(args)  # type: ignore[assignment]
+            kwargs = keys.plain_snapshot(kwargs)  # type: ignore[assignment]
+        except ValueError:
+            raise _UnknownValue from None
+        if self._peek:
+            assert self._bets is not None
+            occurrence = self._launch_counts.get((name, key), 0) + self._peek_counts.get((name, key), 0)
+            self._peek_counts[(name, key)] = self._peek_counts.get((name, key), 0) + 1
+            self._bets.append(TailBet(name, args, kwargs, occurrence, key))
+            raise _UnknownValue
+        handle = self._host.launch(name, args, kwargs, origin="statement")  # type: ignore[attr-defined]
+        if handle is None:
+            raise _UnknownValue
+        self._launch_counts[(name, key)] = self._launch_counts.get((name, key), 0) + 1
+        return Pending(handle, name)

@@ -1,0 +1,420 @@
+"""Expressions of the shadow interpreter (a mixin of ``ShadowInterpreter``).
+
+Each ``_eval_<Node>`` computes one expression as a generator. Operators, subscripts,
+attribute reads and formatting run on plain data only, with size checks before any
+allocation that could explode; attributes starting with ``_`` are never read.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import operator
+
+from .. import keys
+from .builtins import ModuleProxy, SafeFunc, method_policy, safe_class
+from .limits import LimitExceeded, ShadowDeclined
+from .scope import Scope, ShadowFunction
+from .values import Pending, Touched, Unknown
+from .internals import (
+    _ATTR_TYPES,
+    _BINOPS,
+    _COMPARE,
+    _CONTROL,
+    _DATA_TYPES,
+    _DICT_TYPES,
+    _FAILED,
+    _INPLACE,
+    _MAX_SPEC,
+    _PERCENT_SPEC,
+    _SPEC_NUMBER,
+    _UNARY,
+    _UnknownValue,
+    _UserError,
+    _is_iterator,
+)
+
+__all__ = ["ExpressionsMixin"]
+
+
+class ExpressionsMixin:
+    """Methods of ``ShadowInterpreter``; the state they use is defined there."""
+
+    def _eval(self, node: ast.expr, scope: Scope):
+        self._step()
+        t = type(node)
+        if t is ast.Constant:
+            return node.value  # type: ignore[attr-defined]
+        if t is ast.Name:
+            return self._lookup(node.id, scope)  # type: ignore[attr-defined]
+        handler = self._expr_handlers.get(t)
+        if handler is None:
+            raise ShadowDeclined(f"{t.__name__} is not evaluated in the shadow")
+        return (yield from handler(node, scope))
+
+    def _eval_value(self, node: ast.expr, scope: Scope):
+        """Evaluate where an unknown result is an acceptable value (not an error)."""
+        t = type(node)
+        if t is ast.Constant:
+            return node.value  # type: ignore[attr-defined]
+        try:
+            if t is ast.Name:
+                return self._lookup(node.id, scope)  # type: ignore[attr-defined]
+            return (yield from self._eval(node, scope))
+        except _UnknownValue:
+            return Unknown("unknown expression")
+
+    def _known(self, node: ast.expr, scope: Scope):
+        """Evaluate and read the value: waits for a pending one, refuses an unknown."""
+        t = type(node)
+        if t is ast.Constant:
+            value = node.value  # type: ignore[attr-defined]
+        elif t is ast.Name:
+            value = self._lookup(node.id, scope)  # type: ignore[attr-defined]
+        else:
+            value = yield from self._eval(node, scope)
+        t = type(value)
+        if t is Pending:
+            value = yield from self._resolve(value)  # type: ignore[arg-type]
+            t = type(value)
+        if t is Unknown:
+            raise _UnknownValue
+        return value
+
+    def _truth(self, value: object):
+        t = type(value)
+        if t is bool:
+            return value
+        if t is Pending or t is Unknown:
+            value = yield from self._need(value)
+        result = self._try(bool, (value,))
+        if result is _FAILED:
+            result = yield from self._apply(bool, (value,), failed=True)
+        return result
+
+    def _eval_Attribute(self, node: ast.Attribute, scope: Scope):
+        obj = yield from self._known(node.value, scope)
+        return self._getattr(obj, node.attr)
+
+    def _getattr(self, obj: object, name: str) -> object:
+        if name.startswith("_"):
+            if name == "__name__" and type(obj) in (SafeFunc, ShadowFunction):
+                return obj.name  # type: ignore[union-attr]  # e.g. type(e).__name__
+            raise ShadowDeclined("underscore attribute")
+        if isinstance(obj, ModuleProxy):
+            member = obj.members.get(name)
+            return member if member is not None else Unknown(f"{obj.name}.{name}")
+        if isinstance(obj, SafeFunc):
+            if not obj.is_class:
+                raise ShadowDeclined("attribute of a function")
+            owner = obj.raw
+        elif isinstance(obj, BaseException):
+            if name != "args":
+                raise ShadowDeclined("exception attribute")
+            return BaseException.args.__get__(obj)
+        elif type(obj) in _ATTR_TYPES:
+            owner = obj
+        else:
+            raise ShadowDeclined(f"attribute of a {type(obj).__name__}")
+        try:
+            raw = getattr(owner, name)
+        except AttributeError as exc:
+            raise _UserError(exc) from None
+        if isinstance(raw, type):
+            return safe_class(raw) or Unknown("class attribute")
+        if type(raw) in _DATA_TYPES:
+            return raw
+        if callable(raw):
+            policy = method_policy(owner, name, raw)
+            return policy if policy is not None else Unknown(f"{name} is not offered")
+        return Unknown(f"attribute {name}")
+
+    def _subscript_key(self, node: ast.expr, scope: Scope):
+        if isinstance(node, ast.Slice):
+            parts = []
+            for part in (node.lower, node.upper, node.step):
+                parts.append(None if part is None else (yield from self._known(part, scope)))
+            return slice(*parts)
+        return (yield from self._known(node, scope))
+
+    def _eval_Subscript(self, node: ast.Subscript, scope: Scope):
+        obj = yield from self._known(node.value, scope)
+        key = yield from self._subscript_key(node.slice, scope)
+        if type(obj) not in _DATA_TYPES:
+            raise ShadowDeclined(f"subscript of a {type(obj).__name__}")
+        if type(key) is not slice and type(obj) in (list, tuple, str, dict):
+            result = self._try(operator.getitem, (obj, key))
+            if result is not _FAILED:
+                return result
+            return (yield from self._apply(operator.getitem, (obj, key), failed=True))
+        if type(obj) is range and type(key) is slice:
+            return obj[key]
+        if type(obj) is collections.defaultdict and self._shared(obj):
+            try:
+                present = key in obj
+            except Touched:
+                raise _UnknownValue from None
+            if not present:
+                raise _UnknownValue  # reading would insert the default
+        return (yield from self._apply(operator.getitem, (obj, key)))
+
+    def _eval_BinOp(self, node: ast.BinOp, scope: Scope):
+        left = yield from self._known(node.left, scope)
+        right = yield from self._known(node.right, scope)
+        return (yield from self._binop(node.op, left, right))
+
+    def _binop(self, op: ast.operator, left: object, right: object, inplace: bool = False):
+        for v in (left, right):
+            if type(v) not in _DATA_TYPES and not isinstance(v, BaseException):
+                if not (isinstance(v, SafeFunc) and v.is_class and type(op) is ast.BitOr):
+                    raise ShadowDeclined(f"operator on a {type(v).__name__}")
+        self._check_binop_size(op, left, right)
+        fn = (_INPLACE if inplace else _BINOPS)[type(op)]
+        result = self._try(fn, (left, right))
+        if result is _FAILED:
+            result = yield from self._apply(fn, (left, right), failed=True)
+        return result
+
+    def _check_binop_size(self, op: ast.operator, left: object, right: object) -> None:
+        limits = self._limits
+        t = type(op)
+        if t is ast.Mult:
+            for seq, n in ((left, right), (right, left)):
+                if type(n) in (int, bool) and isinstance(seq, (str, bytes, bytearray, list, tuple)):
+                    unit = 1 if isinstance(seq, (str, bytes, bytearray)) else 8
+                    if len(seq) * n * unit > limits.max_memory_bytes:
+                        raise LimitExceeded("repetition too large")
+            if type(left) is int and type(right) is int:
+                if left.bit_length() + right.bit_length() > limits.max_int_bits:
+                    raise LimitExceeded("integer product too large")
+        elif t is ast.Pow:
+            if type(left) is int and type(right) is int and right > 0 and abs(left) > 1:
+                if left.bit_length() * right > limits.max_int_bits:
+                    raise LimitExceeded("integer power too large")
+        elif t is ast.LShift:
+            if type(left) is int and type(right) is int and left:
+                if left.bit_length() + right > limits.max_int_bits:
+                    raise LimitExceeded("shift too large")
+        elif t is ast.Mod and isinstance(left, (str, bytes)):
+            text = left if isinstance(left, str) else left.decode("latin-1")
+            for m in _PERCENT_SPEC.finditer(text):
+                for part in m.groups():
+                    if part == "*" or (part and int(part) > _MAX_SPEC):
+                        raise LimitExceeded("format width too large")
+
+    def _eval_UnaryOp(self, node: ast.UnaryOp, scope: Scope):
+        operand = yield from self._known(node.operand, scope)
+        if type(node.op) is ast.Not:
+            return not (yield from self._truth(operand))
+        if type(operand) not in _DATA_TYPES:
+            raise ShadowDeclined("unary operator on a non-data value")
+        return (yield from self._apply(_UNARY[type(node.op)], (operand,)))
+
+    def _eval_BoolOp(self, node: ast.BoolOp, scope: Scope):
+        is_and = type(node.op) is ast.And
+        value: object = None
+        for i, operand in enumerate(node.values):
+            value = yield from self._eval(operand, scope)
+            truth = yield from self._truth(value)
+            if truth != is_and:
+                return value
+        return value
+
+    def _eval_Compare(self, node: ast.Compare, scope: Scope):
+        left = yield from self._known(node.left, scope)
+        for op, comparator in zip(node.ops, node.comparators):
+            right = yield from self._known(comparator, scope)
+            t = type(op)
+            if t in (ast.In, ast.NotIn):
+                if type(right) is range and type(left) not in (int, bool):
+                    if len(right) > self._limits.max_range_consumed:
+                        raise LimitExceeded("membership test over a huge range")
+                if type(right) not in _DATA_TYPES and not isinstance(right, (type({}.keys()), type({}.items()), type({}.values()))):
+                    raise ShadowDeclined("membership test on a non-data value")
+            result = self._try(_COMPARE[t], (left, right))
+            if result is _FAILED:
+                result = yield from self._apply(_COMPARE[t], (left, right), failed=True)
+            if t not in (ast.Is, ast.IsNot, ast.In, ast.NotIn) and type(result) is not bool:
+                result = yield from self._truth(result)
+            if not result:
+                return False
+            left = right
+        return True
+
+    def _eval_IfExp(self, node: ast.IfExp, scope: Scope):
+        test = yield from self._truth((yield from self._eval(node.test, scope)))
+        return (yield from self._eval(node.body if test else node.orelse, scope))
+
+    def _eval_NamedExpr(self, node: ast.NamedExpr, scope: Scope):
+        value = yield from self._eval(node.value, scope)
+        s = scope
+        while s.kind == "comp":
+            s = s.parent  # type: ignore[assignment]
+        self._store(node.target.id, value, s)
+        return value
+
+    def _eval_Lambda(self, node: ast.Lambda, scope: Scope):
+        return (yield from self._make_function("<lambda>", node, scope))
+
+    def _eval_List(self, node: ast.List, scope: Scope):
+        return (yield from self._elements(node.elts, scope))
+
+    def _eval_Tuple(self, node: ast.Tuple, scope: Scope):
+        return tuple((yield from self._elements(node.elts, scope)))
+
+    def _eval_Set(self, node: ast.Set, scope: Scope):
+        items = yield from self._elements(node.elts, scope)
+        for i, item in enumerate(items):
+            items[i] = yield from self._need(item)
+        return self._made((yield from self._apply(set, (items,))))
+
+    def _elements(self, elts: list[ast.expr], scope: Scope):
+        out: list = []
+        for elt in elts:
+            if isinstance(elt, ast.Starred):
+                value = yield from self._known(elt.value, scope)
+                out.extend((yield from self._materialize(value)))
+            else:
+                out.append((yield from self._eval_value(elt, scope)))
+        return self._made(self._account(out))
+
+    def _eval_Dict(self, node: ast.Dict, scope: Scope):
+        out: dict = {}
+        for k, v in zip(node.keys, node.values):
+            if k is None:
+                mapping = yield from self._known(v, scope)
+                if type(mapping) not in _DICT_TYPES:
+                    raise ShadowDeclined("** of a non-dict")
+                yield from self._apply(out.update, (mapping,))
+                continue
+            key = yield from self._known(k, scope)
+            value = yield from self._eval_value(v, scope)
+            yield from self._apply(operator.setitem, (out, key, value))
+        return self._made(self._account(out))
+
+    def _eval_JoinedStr(self, node: ast.JoinedStr, scope: Scope):
+        parts = []
+        for part in node.values:
+            if isinstance(part, ast.Constant):
+                parts.append(part.value)
+                continue
+            assert isinstance(part, ast.FormattedValue)
+            value = yield from self._known(part.value, scope)
+            if type(value) not in _DATA_TYPES and not isinstance(value, BaseException):
+                raise ShadowDeclined("formatting a non-data value")
+            conv = part.conversion
+            if conv == ord("r"):
+                value = yield from self._apply(repr, (value,))
+            elif conv == ord("s"):
+                value = yield from self._apply(str, (value,))
+            elif conv == ord("a"):
+                value = yield from self._apply(ascii, (value,))
+            spec = ""
+            if part.format_spec is not None:
+                spec = yield from self._eval_JoinedStr(part.format_spec, scope)  # type: ignore[arg-type]
+                self._check_spec(spec)
+            parts.append((yield from self._apply(format, (value, spec))))
+        return self._account("".join(parts))
+
+    def _check_spec(self, spec: str) -> None:
+        for m in _SPEC_NUMBER.finditer(spec):
+            if len(m.group()) > 6 or int(m.group()) > _MAX_SPEC:
+                raise LimitExceeded("format width too large")
+
+    def _eval_ListComp(self, node: ast.ListComp, scope: Scope):
+        out: list = []
+        yield from self._comprehension(node, scope, out.append)
+        return self._made(self._account(out))
+
+    def _eval_GeneratorExp(self, node: ast.GeneratorExp, scope: Scope):
+        out: list = []
+        yield from self._comprehension(node, scope, out.append)
+        return iter(self._account(out))
+
+    def _eval_SetComp(self, node: ast.SetComp, scope: Scope):
+        out: list = []
+        yield from self._comprehension(node, scope, out.append, need=True)
+        return self._made((yield from self._apply(set, (out,))))
+
+    def _eval_DictComp(self, node: ast.DictComp, scope: Scope):
+        pairs: list = []
+        yield from self._comprehension(node, scope, pairs.append)
+        out: dict = {}
+        for key, value in pairs:
+            yield from self._apply(operator.setitem, (out, key, value))
+        return self._made(self._account(out))
+
+    def _comprehension(self, node, scope: Scope, emit, need: bool = False):
+        inner = Scope("comp", {}, scope)
+        generators = node.generators
+        if any(g.is_async for g in generators):
+            raise ShadowDeclined("async comprehension")
+
+        def level(i: int):
+            gen = generators[i]
+            iterable = yield from self._known(gen.iter, scope if i == 0 else inner)
+            iterator = yield from self._iter(iterable)
+            if self._peek and iterator is iterable:
+                raise _UnknownValue
+            while True:
+                self._step()
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    return
+                except _CONTROL:
+                    raise
+                except Touched:
+                    raise ShadowDeclined("iterating over an opaque value") from None
+                except Exception as exc:
+                    raise _UserError(exc) from None
+                yield from self._assign(gen.target, item, inner)
+                keep = True
+                for cond in gen.ifs:
+                    if not (yield from self._truth((yield from self._eval(cond, inner)))):
+                        keep = False
+                        break
+                if not keep:
+                    continue
+                if i + 1 < len(generators):
+                    yield from level(i + 1)
+                elif isinstance(node, ast.DictComp):
+                    key = yield from self._known(node.key, inner)
+                    emit((key, (yield from self._eval_value(node.value, inner))))
+                elif need:
+                    emit((yield from self._known(node.elt, inner)))
+                else:
+                    emit((yield from self._eval_value(node.elt, inner)))
+
+        yield from level(0)
+
+    def _iter(self, value: object):
+        if type(value) not in _DATA_TYPES and not _is_iterator(value):
+            if not isinstance(value, (type({}.keys()), type({}.values()), type({}.items()))):
+                raise ShadowDeclined(f"iterating over a {type(value).__name__}")
+        return (yield from self._apply(iter, (value,)))
+
+    def _materialize(self, value: object, limit: int | None = None):
+        """All items of an iterable as a list, counting each against the step budget."""
+        if type(value) in (list, tuple, str, bytes, dict, set, frozenset) or type(value) is range and len(value) <= 10_000:
+            self._step(len(value) // 16 + 1)  # type: ignore[arg-type]
+            return list(value)  # type: ignore[call-overload]
+        if self._peek and _is_iterator(value):
+            raise _UnknownValue
+        iterator = yield from self._iter(value)
+        out = []
+        while True:
+            self._step()
+            try:
+                out.append(next(iterator))
+            except StopIteration:
+                break
+            except _CONTROL:
+                raise
+            except Touched:
+                raise ShadowDeclined("iterating over an opaque value") from None
+            except Exception as exc:
+                raise _UserError(exc) from None
+            if limit is not None and len(out) > limit:
+                break
+        return self._account(out)

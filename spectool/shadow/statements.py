@@ -1,0 +1,382 @@
+"""Statements of the shadow interpreter (a mixin of ``ShadowInterpreter``).
+
+Each ``_exec_<Node>`` runs one statement as a generator (it may yield ``WaitFor``).
+A block whose condition is unknown is skipped and taints what it could write;
+``with``, classes, decorators, generators and async code are declined.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+
+from . import analysis
+from .builtins import MODULES, SafeFunc
+from .copying import MUTABLE_TYPES
+from .limits import LimitExceeded, ShadowDeclined
+from .scope import Scope, ShadowFunction
+from .values import Touched, Unknown
+from .internals import (
+    _Break,
+    _CONTROL,
+    _Continue,
+    _DATA_TYPES,
+    _PeekDone,
+    _Return,
+    _SAFE_EXCEPTIONS,
+    _Uncertain,
+    _UnknownValue,
+    _UserError,
+    _target_names,
+)
+
+__all__ = ["StatementsMixin"]
+
+
+class StatementsMixin:
+    """Methods of ``ShadowInterpreter``; the state they use is defined there."""
+
+    def _exec(self, node: ast.stmt, scope: Scope):
+        self._step()
+        handler = self._stmt_handlers.get(type(node))
+        if handler is None:
+            raise ShadowDeclined(f"{type(node).__name__} is not evaluated in the shadow")
+        return (yield from handler(node, scope))
+
+    def _exec_block(self, body: list[ast.stmt], scope: Scope):
+        for stmt in body:
+            try:
+                yield from self._exec(stmt, scope)
+            except (_UnknownValue, ShadowDeclined) as exc:
+                if isinstance(exc, LimitExceeded):
+                    raise
+                self._taint_nodes([stmt], scope)
+                if analysis.escapes([stmt]):
+                    raise _Uncertain from None
+
+    def _skip_blocks(self, blocks: list[ast.stmt], scope: Scope) -> None:
+        """A block whose condition is unknown: taint what it could write."""
+        self._taint_nodes(blocks, scope)
+        if analysis.escapes(blocks):
+            raise _Uncertain
+
+    def _exec_Expr(self, node: ast.Expr, scope: Scope):
+        yield from self._eval(node.value, scope)
+
+    def _exec_Pass(self, node: ast.Pass, scope: Scope):
+        return
+        yield  # pragma: no cover
+
+    def _exec_Break(self, node: ast.Break, scope: Scope):
+        raise _Break
+        yield  # pragma: no cover
+
+    def _exec_Continue(self, node: ast.Continue, scope: Scope):
+        raise _Continue
+        yield  # pragma: no cover
+
+    def _exec_Return(self, node: ast.Return, scope: Scope):
+        value = None if node.value is None else (yield from self._eval_value(node.value, scope))
+        raise _Return(value)
+
+    def _exec_Global(self, node: ast.Global, scope: Scope):
+        return
+        yield  # pragma: no cover
+
+    _exec_Nonlocal = _exec_Global
+
+    def _exec_Assign(self, node: ast.Assign, scope: Scope):
+        value = yield from self._eval_value(node.value, scope)
+        for target in node.targets:
+            yield from self._assign(target, value, scope)
+
+    def _exec_AnnAssign(self, node: ast.AnnAssign, scope: Scope):
+        if node.value is not None:
+            value = yield from self._eval_value(node.value, scope)
+            yield from self._assign(node.target, value, scope)
+
+    def _exec_AugAssign(self, node: ast.AugAssign, scope: Scope):
+        target = node.target
+        if isinstance(target, ast.Name):
+            current = self._lookup(target.id, scope)
+            try:
+                current = yield from self._need(current)
+                value = yield from self._known(node.value, scope)
+                if type(current) in MUTABLE_TYPES and self._shared(current):
+                    raise _UnknownValue
+                result = yield from self._binop(node.op, current, value, inplace=True)
+            except _UnknownValue:
+                result = Unknown("augmented assignment")
+            self._store(target.id, result, scope)
+            return
+        if isinstance(target, ast.Subscript):
+            obj = yield from self._known(target.value, scope)
+            key = yield from self._subscript_key(target.slice, scope)
+            self._check_mutable(obj, target)
+            current = yield from self._need((yield from self._apply(operator.getitem, (obj, key))))
+            value = yield from self._known(node.value, scope)
+            result = yield from self._binop(node.op, current, value, inplace=True)
+            yield from self._apply(operator.setitem, (obj, key, result))
+            return
+        raise ShadowDeclined("augmented assignment to an attribute")
+
+    def _check_mutable(self, obj: object, target: ast.AST) -> None:
+        if type(obj) not in _DATA_TYPES:
+            raise ShadowDeclined("item assignment on a value that is not plain data")
+        if self._shared(obj):
+            raise ShadowDeclined("peek does not mutate shared state")
+
+    def _assign(self, target: ast.expr, value: object, scope: Scope):
+        if isinstance(target, ast.Name):
+            self._store(target.id, value, scope)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            if type(value) is Unknown:
+                self._taint(analysis.written_names([ast.Expr(target)]) | _target_names(target), scope)
+                return
+            value = yield from self._need(value)
+            items = yield from self._materialize(value)
+            starred = [i for i, e in enumerate(target.elts) if isinstance(e, ast.Starred)]
+            n = len(target.elts)
+            if not starred:
+                if len(items) != n:
+                    raise _UserError(ValueError(
+                        f"too many values to unpack (expected {n})" if len(items) > n
+                        else f"not enough values to unpack (expected {n}, got {len(items)})"))
+                for elt, item in zip(target.elts, items):
+                    yield from self._assign(elt, item, scope)
+                return
+            s = starred[0]
+            after = n - s - 1
+            if len(items) < n - 1:
+                raise _UserError(ValueError(
+                    f"not enough values to unpack (expected at least {n - 1}, got {len(items)})"))
+            for elt, item in zip(target.elts[:s], items[:s]):
+                yield from self._assign(elt, item, scope)
+            yield from self._assign(target.elts[s].value, list(items[s:len(items) - after]), scope)  # type: ignore[attr-defined]
+            for elt, item in zip(target.elts[s + 1:], items[len(items) - after:]):
+                yield from self._assign(elt, item, scope)
+        elif isinstance(target, ast.Subscript):
+            obj = yield from self._known(target.value, scope)
+            self._check_mutable(obj, target)
+            try:
+                key = yield from self._subscript_key(target.slice, scope)
+            except _UnknownValue:
+                self._taint(_target_names(target), scope)
+                raise
+            yield from self._apply(operator.setitem, (obj, key, value))
+        elif isinstance(target, ast.Starred):
+            yield from self._assign(target.value, value, scope)
+        else:
+            raise ShadowDeclined("assignment to an attribute")
+
+    def _exec_Delete(self, node: ast.Delete, scope: Scope):
+        for target in node.targets:
+            if isinstance(target, ast.Name):
+                self._lookup(target.id, scope)
+                owner = self._owner(target.id, scope)
+                owner.vars.pop(target.id, None)
+                if owner is self._module:
+                    self._deleted.add(target.id)
+            elif isinstance(target, ast.Subscript):
+                obj = yield from self._known(target.value, scope)
+                self._check_mutable(obj, target)
+                key = yield from self._subscript_key(target.slice, scope)
+                yield from self._apply(operator.delitem, (obj, key))
+            else:
+                raise ShadowDeclined("del of an attribute")
+
+    def _exec_If(self, node: ast.If, scope: Scope):
+        try:
+            test = yield from self._truth((yield from self._eval(node.test, scope)))
+        except _UnknownValue:
+            self._skip_blocks(node.body + node.orelse, scope)
+            return
+        yield from self._exec_block(node.body if test else node.orelse, scope)
+
+    def _exec_For(self, node: ast.For, scope: Scope):
+        try:
+            iterable = yield from self._known(node.iter, scope)
+            iterator = yield from self._iter(iterable)
+        except _UnknownValue:
+            self._skip_blocks([node], scope)
+            return
+        if self._peek and iterator is iterable:
+            self._skip_blocks([node], scope)  # peeking must not advance a shared iterator
+            return
+        broke = False
+        while True:
+            self._step()
+            if self._peek:
+                self._peek_iterations += 1
+                if self._peek_iterations > self._limits.max_tail_iterations:
+                    raise _PeekDone
+            try:
+                item = next(iterator)
+            except StopIteration:
+                break
+            except _CONTROL:
+                raise
+            except Touched:
+                raise ShadowDeclined("iterating over an opaque value") from None
+            except (RecursionError, MemoryError):
+                raise LimitExceeded("iteration") from None
+            except Exception as exc:
+                raise _UserError(exc) from None
+            try:
+                yield from self._assign(node.target, item, scope)
+                yield from self._exec_block(node.body, scope)
+            except _Break:
+                broke = True
+                break
+            except _Continue:
+                continue
+            except _Uncertain:
+                self._taint_nodes([node], scope)
+                raise
+        if not broke:
+            yield from self._exec_block(node.orelse, scope)
+
+    def _exec_While(self, node: ast.While, scope: Scope):
+        if self._peek:
+            self._skip_blocks([node], scope)  # a loop on a condition: not unrolled
+            return
+        broke = False
+        while True:
+            self._step()
+            try:
+                test = yield from self._truth((yield from self._eval(node.test, scope)))
+            except _UnknownValue:
+                self._skip_blocks([node], scope)
+                return
+            if not test:
+                break
+            try:
+                yield from self._exec_block(node.body, scope)
+            except _Break:
+                broke = True
+                break
+            except _Continue:
+                continue
+            except _Uncertain:
+                self._taint_nodes([node], scope)
+                raise
+        if not broke:
+            yield from self._exec_block(node.orelse, scope)
+
+    def _exec_Try(self, node: ast.Try, scope: Scope):
+        pending: BaseException | None = None
+        try:
+            yield from self._exec_block(node.body, scope)
+        except _UserError as err:
+            handler = yield from self._match_handler(node.handlers, err, scope)
+            if handler is None:
+                pending = err
+            else:
+                if handler.name:
+                    self._store(handler.name, err.exc, scope)
+                self._handling.append(err.exc)
+                try:
+                    yield from self._exec_block(handler.body, scope)
+                except (_UserError, _Break, _Continue, _Return) as again:
+                    pending = again
+                finally:
+                    self._handling.pop()
+                if handler.name:
+                    self._owner(handler.name, scope).vars.pop(handler.name, None)
+        except (_Break, _Continue, _Return) as flow:
+            pending = flow
+        else:
+            try:
+                yield from self._exec_block(node.orelse, scope)
+            except (_UserError, _Break, _Continue, _Return) as again:
+                pending = again
+        if node.finalbody:
+            yield from self._exec_block(node.finalbody, scope)
+        if pending is not None:
+            raise pending
+
+    def _match_handler(self, handlers: list[ast.ExceptHandler], err: _UserError, scope: Scope):
+        for handler in handlers:
+            if handler.type is None:
+                return handler
+            try:
+                spec = yield from self._known(handler.type, scope)
+                classes = spec if type(spec) is tuple else (spec,)
+                raw = []
+                for cls in classes:
+                    if not (isinstance(cls, SafeFunc) and cls.is_class and issubclass(cls.raw, BaseException)):
+                        raise _UnknownValue
+                    raw.append(cls.raw)
+            except _UnknownValue:
+                raise _Uncertain from None
+            if isinstance(err.exc, tuple(raw)):
+                return handler
+        return None
+
+    def _exec_Raise(self, node: ast.Raise, scope: Scope):
+        if node.exc is None:
+            if not self._handling:
+                raise _UserError(RuntimeError("No active exception to reraise"))
+            raise _UserError(self._handling[-1])
+        exc = yield from self._known(node.exc, scope)
+        if isinstance(exc, SafeFunc) and exc.is_class and issubclass(exc.raw, BaseException):
+            exc = exc.raw()
+        if not isinstance(exc, BaseException) or type(exc) not in {c.raw for c in _SAFE_EXCEPTIONS}:
+            if isinstance(exc, BaseException):
+                raise ShadowDeclined("raising an exception of an unknown class")
+            raise _UserError(TypeError("exceptions must derive from BaseException"))
+        raise _UserError(exc)
+
+    def _exec_Assert(self, node: ast.Assert, scope: Scope):
+        test = yield from self._truth((yield from self._eval(node.test, scope)))
+        if not test:
+            msg = () if node.msg is None else ((yield from self._known(node.msg, scope)),)
+            raise _UserError(AssertionError(*msg))
+
+    def _exec_Import(self, node: ast.Import, scope: Scope):
+        for alias in node.names:
+            if alias.asname is None and "." in alias.name:
+                self._store(alias.name.split(".")[0], Unknown("import of a package"), scope)
+                continue
+            module = MODULES.get(alias.name) if "." not in alias.name else None
+            self._store(alias.asname or alias.name, module or Unknown(f"import {alias.name}"), scope)
+        return
+        yield  # pragma: no cover
+
+    def _exec_ImportFrom(self, node: ast.ImportFrom, scope: Scope):
+        module = MODULES.get(node.module or "") if not node.level else None
+        for alias in node.names:
+            if alias.name == "*":
+                raise ShadowDeclined("import *")
+            value = module.members.get(alias.name) if module is not None else None
+            self._store(alias.asname or alias.name,
+                        value if value is not None else Unknown(f"from {node.module} import"), scope)
+        return
+        yield  # pragma: no cover
+
+    def _exec_FunctionDef(self, node: ast.FunctionDef, scope: Scope):
+        if node.decorator_list or analysis.has_yield(node):
+            self._store(node.name, Unknown("decorated function or generator"), scope)
+            return
+        fn = yield from self._make_function(node.name, node, scope)
+        self._store(node.name, fn, scope)
+
+    def _exec_AsyncFunctionDef(self, node: ast.AsyncFunctionDef, scope: Scope):
+        self._store(node.name, Unknown("async function"), scope)
+        return
+        yield  # pragma: no cover
+
+    def _exec_ClassDef(self, node: ast.ClassDef, scope: Scope):
+        self._store(node.name, Unknown("class"), scope)
+        return
+        yield  # pragma: no cover
+
+    def _make_function(self, name: str, node: ast.FunctionDef | ast.Lambda, scope: Scope):
+        defaults = []
+        for d in node.args.defaults:
+            defaults.append((yield from self._eval_value(d, scope)))
+        kw_defaults = []
+        for d in node.args.kw_defaults:
+            kw_defaults.append(None if d is None else (yield from self._eval_value(d, scope)))
+        locals_, globals_, nonlocals_ = analysis.local_names(node)
+        return ShadowFunction(name, node, scope, defaults, kw_defaults, locals_, globals_, nonlocals_)
