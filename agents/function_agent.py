@@ -193,13 +193,14 @@ def tool_schema(tool: Tool) -> dict:
 class FunctionAgent:
     """An OpenAI-style function-calling loop on the speculation store.
 
-    ``model`` needs ``stream_deltas(messages, tools) -> AsyncIterator[dict]`` (see
-    ``LiteLLMModel`` and ``ScriptedModel``); ``tools`` are ``spectool`` tools (plain
-    callables become ``speculate="never"`` tools). Real calls of one message run one
-    after another, in the order the model wrote them.
+    ``tools`` are ``spectool`` tools (plain callables become ``speculate="never"``
+    tools). ``model`` (needed by ``run`` only, not by ``run_message``) has
+    ``stream_deltas(messages, tools) -> AsyncIterator[dict]`` (see ``LiteLLMModel``
+    and ``ScriptedModel``). Real calls of one message run one after another, in the
+    order the model wrote them.
     """
 
-    def __init__(self, model: Any, tools: Sequence[Any], *, mode: str = "spec",
+    def __init__(self, tools: Sequence[Any], *, model: Any = None, mode: str = "spec",
                  max_turns: int = 10, budget: Budget | None = None,
                  max_dispatches: int = 256, max_output_bytes: int | None = None) -> None:
         if mode not in MODES:
@@ -263,6 +264,8 @@ class FunctionAgent:
 
     async def run(self, messages: list[dict]) -> FunctionAgentResult:
         """Loop: stream a message, run its calls, feed results back, until plain text."""
+        if self.model is None:
+            raise TypeError("FunctionAgent.run needs a model (FunctionAgent(tools, model=...))")
         started = time.perf_counter()
         messages = list(messages)
         schemas = [tool_schema(t) for t in self.tools.values()]

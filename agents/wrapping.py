@@ -105,7 +105,7 @@ each pure tool starts as soon as its arguments' JSON closes:
 ```python
 from spectool_agents import FunctionAgent, tools_from_table
 
-agent = FunctionAgent(None, tools_from_table(my_tools, pure={"search"}))
+agent = FunctionAgent(tools_from_table(my_tools, pure={"search"}))
 
 async def on_model_deltas(deltas):                 # {"tool_calls": [...]} deltas
     message = await agent.run_message(deltas)

@@ -125,7 +125,7 @@ async def test_speculatable_tool_starts_before_the_message_ends():
             log.append("final delta")
 
     model = ScriptedModel([deltas], before_delta=before)
-    agent = FunctionAgent(model, [search], mode="spec")
+    agent = FunctionAgent([search], model=model, mode="spec")
     result = await agent.run_message(model.stream_deltas([]))
     assert log == ['search brace } and " quote', "final delta"]
     (call,) = result.calls
@@ -168,7 +168,7 @@ async def test_never_tools_are_not_called_early_and_modes_agree(mode):
             seen_at_end.extend(log)
 
     model = ScriptedModel([deltas], before_delta=before)
-    result = await FunctionAgent(model, [lookup, send_email], mode=mode).run_message(
+    result = await FunctionAgent([lookup, send_email], model=model, mode=mode).run_message(
         model.stream_deltas([]))
     # ... but the never-tool, complete since the first delta, waits for the real run
     assert "send a@b" not in seen_at_end
@@ -200,7 +200,7 @@ async def test_agent_loop_feeds_tool_results_back():
         [*call_deltas(0, "add", '{"a": 2, "b": 3}')],
         [{"content": "The sum is 5."}],
     ])
-    result = await FunctionAgent(model, [add]).run([{"role": "user", "content": "2+3?"}])
+    result = await FunctionAgent([add], model=model).run([{"role": "user", "content": "2+3?"}])
     assert result.answer == "The sum is 5." and result.finished_by == "answer"
     second = model.messages[1]
     assert second[1]["tool_calls"][0]["function"] == {"name": "add",

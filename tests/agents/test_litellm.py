@@ -100,7 +100,7 @@ async def test_function_calls_stream_through_litellm():
 
     with OpenAIStub(lambda body: calls, max_requests=1, chunk_size=3) as stub:
         model = LiteLLMModel("openai/tool-model", **key(stub))
-        agent = FunctionAgent(model, [lookup], mode="spec")
+        agent = FunctionAgent([lookup], model=model, mode="spec")
         message = await agent.run_message(model.stream_deltas([{"role": "user", "content": "?"}]))
         await close_litellm()
     (call,) = message.calls
