@@ -188,6 +188,27 @@ def _check_from_bytes(args: tuple, kwargs: dict, limits: Limits) -> None:
         raise LimitExceeded("int.from_bytes too large")
 
 
+def _check_sum(args: tuple, kwargs: dict, limits: Limits) -> None:
+    start = args[1] if len(args) > 1 else kwargs.get("start", 0)
+    if isinstance(start, (list, tuple)) and args and isinstance(args[0], (list, tuple)):
+        total = sum(len(x) for x in args[0] if isinstance(x, (list, tuple))) + len(start)
+        if total * len(args[0]) > limits.max_memory_bytes // 8:  # quadratic concatenation
+            raise LimitExceeded("sum of sequences too costly")
+
+
+def _check_stat_data(args: tuple, kwargs: dict, limits: Limits) -> None:
+    data = args[0] if args else kwargs.get("data")
+    if hasattr(data, "__len__") and len(data) > 200_000:  # type: ignore[arg-type]
+        raise LimitExceeded("statistics on too many values (exact arithmetic is slow)")
+
+
+def _check_indent(args: tuple, kwargs: dict, limits: Limits) -> None:
+    text = args[0] if args else kwargs.get("text", "")
+    prefix = args[1] if len(args) > 1 else kwargs.get("prefix", "")
+    if isinstance(text, str) and isinstance(prefix, str):
+        _too_big(len(text) + (text.count("\n") + 1) * len(prefix), limits, "textwrap.indent")
+
+
 def _check_json_dumps(args: tuple, kwargs: dict, limits: Limits) -> None:
     indent = kwargs.get("indent")
     if isinstance(indent, int) and indent > 64 or isinstance(indent, str) and len(indent) > 64:
@@ -272,10 +293,11 @@ for _cls in SAFE_CLASSES:
     if _cls.__name__ in vars(_builtins):
         SAFE_BUILTINS[_cls.__name__] = safe_class(_cls)
 for _name in ("abs", "all", "any", "ascii", "bin", "chr", "divmod", "hex", "len", "oct",
-              "ord", "round", "sum", "zip", "enumerate", "reversed", "iter", "next", "hash",
+              "ord", "round", "zip", "enumerate", "reversed", "iter", "next", "hash",
               "repr"):
     SAFE_BUILTINS[_name] = _raw(_name, getattr(_builtins, _name))
 SAFE_BUILTINS["pow"] = _raw("pow", pow, _check_pow)
+SAFE_BUILTINS["sum"] = _raw("sum", sum, _check_sum)
 for _name in ("print", "sorted", "min", "max", "map", "filter", "getattr", "hasattr",
               "isinstance", "issubclass", "type", "format", "setattr", "delattr",
               "callable"):
@@ -363,14 +385,16 @@ MODULES: dict[str, ModuleProxy] = {
                    "takewhile dropwhile filterfalse compress pairwise product permutations "
                    "combinations combinations_with_replacement")),
     "functools": _module("functools", {"reduce": _special("reduce")}),
-    "statistics": _module("statistics", _pick(
-        statistics, "mean median median_low median_high mode multimode stdev pstdev "
-                    "variance pvariance fmean geometric_mean harmonic_mean quantiles")),
+    "statistics": _module("statistics", {
+        name: _raw(name, getattr(statistics, name), _check_stat_data)
+        for name in ("mean median median_low median_high mode multimode stdev pstdev variance "
+                     "pvariance fmean geometric_mean harmonic_mean quantiles").split()}),
     "string": _module("string", _pick(
         string, "ascii_letters ascii_lowercase ascii_uppercase digits hexdigits octdigits "
                 "punctuation printable whitespace capwords")),
     "datetime": _module("datetime", _pick(datetime, "date datetime timedelta time MINYEAR MAXYEAR")),
-    "textwrap": _module("textwrap", _pick(textwrap, "wrap fill dedent indent shorten")),
+    "textwrap": _module("textwrap", {**_pick(textwrap, "wrap fill dedent shorten"),
+                                     "indent": _raw("indent", textwrap.indent, _check_indent)}),
     "operator": _module("operator", _pick(
         operator, "add sub mul truediv floordiv mod neg pos abs eq ne lt le gt ge not_ "
                   "truth contains countOf indexOf itemgetter concat")),
@@ -403,6 +427,8 @@ def _policy_kind(owner: type, name: str, is_class: bool) -> tuple[str, object]:
             return "text", name if name in _TEXT_METHOD_CHECKS else None
         if name in _TEXT_METHOD_CHECKS:
             return "refuse", None  # unbound form: would need its own checks
+    if is_class and name == "mro":
+        return "refuse", None  # a list of raw classes
     if owner is re.Pattern and not is_class:
         return "pattern", name
     check = _STATIC_CHECKS.get((owner, name))

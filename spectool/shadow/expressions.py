@@ -398,7 +398,9 @@ class ExpressionsMixin:
         """All items of an iterable as a list, counting each against the step budget."""
         if type(value) in (list, tuple, str, bytes, dict, set, frozenset) or type(value) is range and len(value) <= 10_000:
             self._step(len(value) // 16 + 1)  # type: ignore[arg-type]
-            return list(value)  # type: ignore[call-overload]
+            if 8 * len(value) > self._limits.max_memory_bytes:  # type: ignore[arg-type]
+                raise LimitExceeded("materialising too many items")
+            return self._account(list(value))  # type: ignore[call-overload]
         if self._peek and _is_iterator(value):
             raise _UnknownValue
         iterator = yield from self._iter(value)

@@ -250,6 +250,8 @@ class BuiltinsMixin:
             if field and ("." in field or field.startswith("_")):
                 raise ShadowDeclined("attribute access in a format field")
             if spec:
+                if "{" in spec:
+                    raise ShadowDeclined("nested replacement field in a format spec")
                 self._check_spec(spec)
                 self._check_template(spec, depth + 1)
 

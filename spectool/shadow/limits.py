@@ -26,7 +26,7 @@ class Limits:
     max_recursion: int = 40
     max_output_chars: int = 1_000_000  # prints are swallowed; kept for the runtime
     max_int_bits: int = 100_000
-    max_range_consumed: int = 10_000_000  # elements a C-level consumer may pull from a range
+    max_range_consumed: int = 2_000_000  # elements a C-level consumer may pull from a range
     max_regex_work: int = 50_000_000  # estimated backtracking steps of one regex call
     max_namespace_items: int = 5_000_000  # elements copied from the caller's namespace
     max_tail_iterations: int = 64  # unrolled loop iterations when peeking at the tail
