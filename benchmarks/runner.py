@@ -165,8 +165,9 @@ async def _run_episode(cfg: BenchConfig, ep: EpisodeSpec, mode: str, decoding: s
         await tool_latency.wait(GUIDE_TOOL_S, episode=ep.eid, turn=turn_of())
         return GUIDE_TEXT
 
+    extra = [labelling_guide] if ep.shape == "nonspec_dep" else []
     agent = spectool_agents.ReplAgent(root, sub, mode=mode, max_turns=cfg.max_turns,
-                                      tools=[labelling_guide])
+                                      tools=extra)
     t0 = anyio.current_time()
     result = await agent.run(ep.window.context, ep.question.text)
     t1 = anyio.current_time()
