@@ -7,7 +7,7 @@ linear in the message length however the deltas are split.
 
 A cell starts at a line ```` ```repl ```` or ```` ```python ```` (any indentation; the
 indentation of the fence is removed from the cell's lines) and ends at a line of three
-or more backticks that is not inside a string literal of the cell. Fenced blocks of
+or more backticks that is not inside a (triple-quoted) string literal of the cell. Fenced blocks of
 other languages are skipped whole. Everything else is prose.
 
 Statements: a top-level simple statement closes at the end of its logical line; a
@@ -268,7 +268,9 @@ class Segmenter:
         if cell is None:
             self._prose_line(line, events)
             return
-        if cell.lexer.at_logical_start and _CLOSE_FENCE.match(line):
+        if cell.lexer.quote is None and _CLOSE_FENCE.match(line):
+            # outside a string a fence line always closes the cell (inside unbalanced
+            # brackets the cell simply does not parse, as in the real run)
             self._finish_cell(events, complete=True)
             return
         if final and not line.strip():
@@ -405,8 +407,7 @@ class Segmenter:
         cell = self._cell
         assert cell is not None
         if cell.stmt_lines and not cell.broken:
-            if cell.lexer.at_logical_start or not complete:
-                self._close_statement(cell, events)
+            self._close_statement(cell, events)  # an unfinished statement does not parse
         self._cell = None
         events.append(CellClosed(cell.number, "".join(cell.lines), complete))
 

@@ -203,3 +203,11 @@ def test_feed_after_close_is_an_error():
     seg.close()
     with pytest.raises(RuntimeError):
         seg.feed("x")
+
+
+def test_fence_inside_unbalanced_brackets_still_closes_the_cell():
+    events = run(["```repl\nx = 1\ny = f(2,\n```\nProse after the cell.\n```repl\nz = 3\n```\n"])
+    assert [e.source for e in events if isinstance(e, StatementClosed)] == ["x = 1\n", "z = 3\n"]
+    closed = [e for e in events if isinstance(e, CellClosed)]
+    assert closed[0] == CellClosed(1, "x = 1\ny = f(2,\n", True)
+    assert closed[1].cell == 2
