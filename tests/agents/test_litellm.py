@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import socket
 
 import pytest
 
@@ -28,6 +29,30 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch):
+    """Fail any attempt to resolve or connect to a host other than 127.0.0.1."""
+    real_getaddrinfo, real_connect = socket.getaddrinfo, socket.socket.connect
+    refused: list[object] = []
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host not in ("127.0.0.1", "localhost", b"127.0.0.1"):
+            refused.append(host)
+            raise OSError(f"test blocked name resolution of {host!r}")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    def connect(self, address):
+        if isinstance(address, tuple) and address[0] != "127.0.0.1":
+            refused.append(address)
+            raise OSError(f"test blocked a connection to {address!r}")
+        return real_connect(self, address)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    yield
+    assert refused == [], f"something tried to reach the network: {refused}"
 
 
 async def close_litellm() -> None:
