@@ -65,6 +65,7 @@ Split the context into chunks, query the sub-model on the chunks, aggregate the 
 results in Python, and finish only when you are sure."""
 
 FIRST_PROMPT = "Question: {question}\n\nThink step by step, then write ```repl code."
+NO_OUTPUT = "(the cell ran and printed nothing)"
 EMPTY_TURN = (
     "No ```repl block ran. Write code in a ```repl block, or finish with "
     "FINAL(...) / FINAL_VAR(...) / answer['ready'] = True."
@@ -316,6 +317,8 @@ class ReplAgent:
                     output += ("" if not stdout or stdout.endswith("\n") else "\n") + error
                 if not cells and done is None:
                     output = EMPTY_TURN
+                elif not output:
+                    output = NO_OUTPUT
                 output = truncate(output, self.output_limit)
                 stats = _stats_dict(result.stats)
                 for key, value in stats.items():

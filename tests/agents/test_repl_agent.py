@@ -77,6 +77,12 @@ async def test_max_turns_stops_a_model_that_never_finishes():
     assert [t.stdout for t in result.turns] == ["1\n", "2\n", "3\n"]
 
 
+async def test_silent_cell_is_reported_as_such():
+    result = await run([cell("x = 1"), cell("FINAL(x)")])
+    assert result.messages[3]["content"] == "REPL output:\n(the cell ran and printed nothing)"
+    assert result.turns[0].stdout == ""
+
+
 async def test_message_without_a_cell_gets_a_nudge():
     result = await run(["Hmm, thinking.", cell("FINAL(1)")])
     assert "No ```repl block ran" in result.turns[0].output
