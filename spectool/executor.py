@@ -15,10 +15,11 @@ namespace's ``__builtins__`` (the process-wide ``sys.stdout`` is never redirecte
 runs nothing; its error is the ``SyntaxError``. Any exception the cell raises becomes
 the outcome's ``error``.
 
-Cancellation: a cancelled turn abandons the worker thread; the thread's next tool call
-or ``print`` raises :class:`CellCancelled` (a ``BaseException`` user code does not
-catch with ``except Exception``). Pure-Python loops without calls cannot be
-interrupted in-process.
+Cancellation: a cancelled turn abandons the worker thread; :class:`CellCancelled` (a
+``BaseException`` that ``except Exception`` does not catch) is raised asynchronously in
+it, and its next tool call or ``print`` raises it too. A cell stuck inside one long C
+call (``time.sleep(1e9)``, a huge regex) only stops when that call returns: use the
+subprocess executor when that matters.
 """
 
 from __future__ import annotations
@@ -147,9 +148,15 @@ class InProcessExecutor:
         for name in tool_names:
             ns[name] = _ToolProxy(name, call_tool, cancelled, token)
 
+        running = _RunningCell()
+
         def work() -> BaseException | None:
             try:
-                exec(code, ns)
+                try:
+                    running.enter()
+                    exec(code, ns)
+                finally:
+                    running.leave()
             except CellCancelled:
                 return None
             except BaseException as exc:  # SystemExit from exit() is a cell error too
@@ -163,9 +170,44 @@ class InProcessExecutor:
                                                    limiter=self._limiter)
         finally:
             cancelled.set()
+            running.interrupt()     # only does something when the cell was abandoned
         if error is not None:
             error.__traceback__ = _cell_frames(error.__traceback__)
         return CellOutcome(capture.buffer.getvalue(), error, ran=True)
+
+
+class _RunningCell:
+    """The thread running a cell, so a cancelled turn can interrupt pure-Python loops.
+
+    ``interrupt`` raises :class:`CellCancelled` asynchronously in that thread
+    (``PyThreadState_SetAsyncExc``), only while the cell is still executing (checked
+    under a lock, so an unrelated job that later reuses the worker thread is never
+    hit). Code blocked inside a C call sees it when the call returns.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread_id: int | None = None
+
+    def enter(self) -> None:
+        with self._lock:
+            self._thread_id = threading.get_ident()
+
+    def leave(self) -> None:
+        with self._lock:
+            self._thread_id = None
+
+    def interrupt(self) -> None:
+        with self._lock:
+            if self._thread_id is None:
+                return
+            try:
+                import ctypes
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(self._thread_id), ctypes.py_object(CellCancelled))
+            except Exception:  # no ctypes / not CPython: the thread finishes on its own
+                pass
+            self._thread_id = None
 
 
 def _cell_frames(tb: Any) -> Any:

@@ -110,3 +110,23 @@ async def test_tools_callable_from_threads_the_cell_starts(anyio_backend):
     outcome = await ex.run_cell(src, ["q"], call_tool)
     assert outcome.error is None
     assert sorted(ex.variables()["out"]) == [("q", (0,)), ("q", (1,)), ("q", (2,))]
+
+
+@pytest.mark.anyio
+async def test_cancelled_cell_in_a_pure_python_loop_is_interrupted(anyio_backend):
+    import threading
+
+    stopped, entered = threading.Event(), threading.Event()
+    ex = InProcessExecutor({"stopped": stopped, "entered": entered})
+    _, call_tool = recorder()
+    src = ("n = 0\ntry:\n    entered.set()\n    while True:\n        n += 1\n"
+           "finally:\n    stopped.set()\n")
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ex.run_cell, src, [], call_tool)
+            assert await anyio.to_thread.run_sync(entered.wait, 10)
+            scope.cancel()
+    assert scope.cancelled_caught
+    assert await anyio.to_thread.run_sync(stopped.wait, 10)     # the loop really stopped
+    outcome = await ex.run_cell("m = n + 1\n", [], call_tool)   # the executor is usable
+    assert outcome.error is None and ex.variables()["m"] > 1
