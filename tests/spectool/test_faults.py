@@ -128,7 +128,8 @@ async def test_stream_ends_mid_statement(anyio_backend, mode):
 
 
 @pytest.mark.anyio
-async def test_cancelling_a_turn_mid_flight_leaves_no_task_behind(anyio_backend):
+@pytest.mark.parametrize("limit", [1, 16])     # 1: the second call is still queued for budget
+async def test_cancelling_a_turn_mid_flight_leaves_no_task_behind(anyio_backend, limit):
     started, cancelled = anyio.Event(), []
 
     @spectool.tool(speculate="pure")
@@ -141,7 +142,7 @@ async def test_cancelling_a_turn_mid_flight_leaves_no_task_behind(anyio_backend)
 
     never_opens = anyio.Event()
     before = len(anyio.get_running_tasks())
-    rt = spectool.Runtime([hang], mode="spec")
+    rt = spectool.Runtime([hang], mode="spec", max_in_flight=limit)
     stream = GatedStream("```repl\na = hang(1)\nb = hang(2)\n", never_opens, "```\n")
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
@@ -150,6 +151,7 @@ async def test_cancelling_a_turn_mid_flight_leaves_no_task_behind(anyio_backend)
             tg.cancel_scope.cancel()
     assert sorted(cancelled) in ([1], [1, 2])
     assert len(anyio.get_running_tasks()) == before
+    assert rt.budget.in_flight == 0 and rt.budget.arg_bytes == 0   # every ticket came back
     res = await rt.run_cell("z = 1")                    # the runtime recovered
     assert res.namespace == {"z": 1}
 
