@@ -201,10 +201,12 @@ class Segmenter:
     def feed(self, delta: str | bytes) -> list[SegmentEvent]:
         if self._closed:
             raise RuntimeError("Segmenter.feed after close()")
-        if isinstance(delta, (bytes, bytearray)):
+        if type(delta) is str:
+            text = delta
+        elif isinstance(delta, (bytes, bytearray)):
             text = self._decoder.decode(bytes(delta))
         else:
-            text = delta
+            text = str(delta)
         if not text:
             return []
         if "\r" in text:

@@ -283,4 +283,5 @@ class CallsMixin:
         if handle is None:
             raise _UnknownValue
         self._launch_counts[(name, key)] = self._launch_counts.get((name, key), 0) + 1
+        self._launched += 1
         return Pending(handle, name)

@@ -76,6 +76,7 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         self._module = Scope("module", self._globals)
         self._outcomes: dict[int, tuple[Pending, object]] = {}
         self._launch_counts: dict[tuple[str, str], int] = {}
+        self._launched = 0
         self._records: list[StatementRecord] = []
         self._dead = False
         self._depth = 0
@@ -208,7 +209,7 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         return self._peek and id(obj) not in self._fresh
 
     def _launched_total(self) -> int:
-        return sum(self._launch_counts.values())
+        return self._launched
 
     def _account(self, value: object) -> object:
         t = type(value)

@@ -175,7 +175,7 @@ class StatementsMixin:
                 self._lookup(target.id, scope)
                 owner = self._owner(target.id, scope)
                 owner.vars.pop(target.id, None)
-                if owner is self._module:
+                if owner is self._module and not self._peek:
                     self._deleted.add(target.id)
             elif isinstance(target, ast.Subscript):
                 obj = yield from self._known(target.value, scope)

@@ -24,7 +24,6 @@ iterations, and the runtime withdraws the bets that are no longer returned.
 from __future__ import annotations
 
 import ast
-import collections
 import re
 from typing import TYPE_CHECKING
 
@@ -232,7 +231,9 @@ def _evaluate(interp: "ShadowInterpreter", tree: ast.Module) -> list[TailBet]:
     interp._fresh = set()
     interp._fresh_keep = []
     interp._peek_iterations = 0
-    interp._module = Scope("module", collections.ChainMap({}, interp._globals))  # type: ignore[arg-type]
+    # copy-on-write view of the globals: a shallow copy (mutation of shared objects is
+    # refused in peek mode; rebinding a name only changes the copy)
+    interp._module = Scope("module", dict(interp._globals))
     interp._handling = []
     interp._reset_budget(PEEK_MAX_STEPS, PEEK_MAX_SECONDS)
     try:

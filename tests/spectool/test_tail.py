@@ -109,3 +109,14 @@ def test_split_tail_and_call_spans():
     assert split_tail("x = f(\n  1,\n") == ("", "x = f(\n  1,\n")
     text = "a = f(g(1), ')') + h.k(2) + (3) + q("
     assert [text[s:e] for s, e in complete_calls(text)] == ["f(g(1), ')')", "h.k(2)"]
+
+
+def test_peeking_leaves_every_part_of_the_shadow_state_alone():
+    interp, host = shadow(SETUP + ["counts = {'a': 1}", "import collections\ndd = collections.defaultdict(list)"])
+    before = {n: repr(interp.value_of(n)) for n in ("chunks", "p", "results", "counts", "dd")}
+    interp.peek_tail("for c in chunks:\n    results.append(ask(c))\n    counts['a'] += 1\n"
+                     "    counts.update(b=2)\n    dd[c].append(1)\n    del p\n    p = 'new'\n"
+                     "    chunks.sort()\n    llm_query(p)\n")
+    after = {n: repr(interp.value_of(n)) for n in ("chunks", "p", "results", "counts", "dd")}
+    assert before == after
+    assert host.launches == []
