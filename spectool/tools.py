@@ -132,11 +132,13 @@ class Tool:
         if self.speculate == "idempotent":
             kwargs = {**kwargs, IDEMPOTENCY_KEY: idempotency_key}
         cap = self.max_output_bytes if self.max_output_bytes is not None else max_output_bytes
+        scope = None
         try:
-            with anyio.fail_after(self.timeout):
+            with anyio.fail_after(self.timeout) as scope:
                 value = await self._invoke(args, kwargs)
-        except TimeoutError as exc:
-            if isinstance(exc, ToolTimeoutError) or self.timeout is None:
+        except TimeoutError:
+            # only our deadline becomes ToolTimeoutError; the tool's own TimeoutError stays
+            if self.timeout is None or scope is None or not scope.cancel_called:
                 raise
             raise ToolTimeoutError(f"{self.name}() timed out after {self.timeout} s",
                                    tool=self.name) from None

@@ -100,6 +100,18 @@ async def test_timeout_raises_tool_timeout_error(anyio_backend):
 
 
 @pytest.mark.anyio
+async def test_tools_own_timeout_error_is_not_relabelled(anyio_backend):
+    @spectool.tool(timeout=30)
+    async def remote():
+        raise TimeoutError("upstream timed out")
+
+    with pytest.raises(TimeoutError) as info:
+        await remote.acall()
+    assert not isinstance(info.value, spectool.ToolTimeoutError)
+    assert str(info.value) == "upstream timed out"
+
+
+@pytest.mark.anyio
 async def test_output_cap(anyio_backend):
     @spectool.tool(max_output_bytes=1000)
     def big(n: int):
