@@ -59,6 +59,10 @@ from .statements import StatementsMixin
 
 __all__ = ["ShadowInterpreter", "StatementRecord"]
 
+# CPU time of the running thread: the budget is the shadow's own work, whatever the
+# machine's load (a generator step runs in one thread; each resume restarts the clock)
+_clock = time.thread_time
+
 
 class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsMixin):
     """Runs the closed statements of one cell against a copy of the REPL state."""
@@ -180,10 +184,10 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         self._next_check = 0 if self._interrupted else 4096
         self._alloc = 0
         self._seconds = 0.0
-        self._resumed = time.perf_counter()
+        self._resumed = _clock()
 
     def _used(self) -> float:
-        return self._seconds + (time.perf_counter() - self._resumed)
+        return self._seconds + (_clock() - self._resumed)
 
     def _step(self, n: int = 1) -> None:
         self._steps += n
@@ -317,9 +321,9 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
                 return Unknown("pending (peek)")
             if self._nowait:
                 raise _WouldWait
-            self._seconds += time.perf_counter() - self._resumed
+            self._seconds += _clock() - self._resumed
             outcome = yield WaitFor(p.handle)
-            self._resumed = time.perf_counter()
+            self._resumed = _clock()
             if not isinstance(outcome, Outcome):
                 raise ShadowDeclined("driver sent something that is not an Outcome")
             copier = PlainCopier(self._limits.max_namespace_items)

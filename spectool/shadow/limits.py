@@ -11,8 +11,9 @@ __all__ = ["Limits", "ShadowDeclined", "LimitExceeded"]
 class Limits:
     """Bounds on one shadow evaluation.
 
-    Steps and seconds are per top-level statement (time spent waiting for launched
-    calls does not count); ``max_cell_seconds`` bounds all statements of one cell.
+    Steps and seconds are per top-level statement; seconds are CPU seconds of the
+    shadow's own thread (waiting for launched calls and time the machine gives to other
+    work do not count); ``max_cell_seconds`` bounds all statements of one cell.
     Memory is bounded by estimating the size of every allocation that can grow
     (repetition, powers, padding, joins, formatting, materialised iterators) before
     it happens, per allocation and cumulatively per statement.
