@@ -13,6 +13,7 @@ from .models import (
     ScriptedModel,
     SubModel,
     TokenSpecModel,
+    aclose_litellm,
 )
 from .partial_json import IncompleteJson, JsonTracker
 from .repl_agent import AgentResult, ReplAgent, TurnRecord
@@ -35,6 +36,7 @@ __all__ = [
     "TokenSpecModel",
     "ToolCall",
     "TurnRecord",
+    "aclose_litellm",
     "runtime_for",
     "tee",
     "tools_from_table",
