@@ -36,6 +36,7 @@ import anyio.lowlevel
 
 from .errors import RuntimeClosedError, StreamError
 from .executor import InProcessExecutor
+from .segmenter import CellClosed, Segmenter, StatementClosed, TailChanged
 from .store import Budget, Store
 from .tools import Tool, as_tool
 from .trace import Trace, TurnStats
@@ -113,6 +114,10 @@ class Runtime:
         else:
             self.executor = executor
         self.budget = Budget(max_in_flight, max_arg_bytes_in_flight)
+        if mode != "baseline":
+            # import the shadow now, not inside the first turn's worker thread (where its
+            # import time would delay the first speculations)
+            from . import _shadow_driver, shadow  # noqa: F401
         self.max_dispatches_per_turn = max_dispatches_per_turn
         self.max_output_bytes = max_output_bytes
         self.shadow_limits = shadow_limits
@@ -176,8 +181,6 @@ class _Turn:
 
     async def run(self, stream: Any) -> TurnResult:
         rt = self.rt
-        from .segmenter import CellClosed, StatementClosed, TailChanged
-        self._kinds = (CellClosed, StatementClosed, TailChanged)
         await rt.executor.start()
         try:
             return await self._run(stream)
@@ -200,7 +203,6 @@ class _Turn:
                                            _snapshot(rt.executor.variables()))
                 if rt.mode == "spec":
                     tg.start_soon(self._run_shadow, shadow_scope)
-            from .segmenter import Segmenter
             segmenter = Segmenter(rt.languages)
             try:
                 await self._consume(stream, segmenter)
@@ -255,7 +257,6 @@ class _Turn:
         self._handle(segmenter.close())
 
     def _handle(self, events: list[Any]) -> None:
-        CellClosed, StatementClosed, TailChanged = self._kinds
         spec = self.rt.mode == "spec"
         for ev in events:
             if isinstance(ev, StatementClosed):
