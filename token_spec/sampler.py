@@ -119,24 +119,19 @@ def validate_inputs(
     _check_prob_rows("draft_probs", draft_probs)
 
 
-def verify_batch(
+def _decide(
     target_probs: torch.Tensor,
     draft_tokens: torch.Tensor,
-    draft_probs: torch.Tensor | None = None,
-    *,
-    generator: torch.Generator | None = None,
-    validate: bool = True,
+    draft_probs: torch.Tensor | None,
+    generator: torch.Generator | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Verify B independent drafts at once (the vectorised core of `verify`).
+    """The algorithm, on validated batched inputs.
 
     target_probs [B, k+1, V], draft_tokens [B, k], draft_probs [B, k, V] or None.
-    Returns (tokens [B, k+1] long, padded with -1 after the last emitted token,
-             num_emitted [B] long, each in 1..k+1).
-    With B = 1 it consumes the generator exactly as `verify` does.
+    Returns (num_accepted [B] long in 0..k, final_token [B] long): the accepted
+    prefix is draft_tokens[b, :num_accepted[b]], followed by final_token[b].
     """
-    if validate:
-        validate_inputs(target_probs, draft_tokens, draft_probs, batched=True)
-    batch, rows, vocab = target_probs.shape
+    batch, rows, _ = target_probs.shape
     k = rows - 1
     device = target_probs.device
     draft_tokens = draft_tokens.to(device=device, dtype=torch.long)  # [B, k]
@@ -185,13 +180,37 @@ def verify_batch(
     else:
         weights = final_p  # [B, V]  k = 0: one token straight from row 0
     final_token = sample(weights, generator)  # [B]
+    return num_accepted, final_token
 
+
+def verify_batch(
+    target_probs: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None = None,
+    *,
+    generator: torch.Generator | None = None,
+    validate: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Verify B independent drafts at once (same algorithm and random draws as `verify`).
+
+    target_probs [B, k+1, V], draft_tokens [B, k], draft_probs [B, k, V] or None.
+    Returns (tokens [B, k+1] long, padded with -1 after the last emitted token,
+             num_emitted [B] long, each in 1..k+1).
+    With B = 1 it consumes the generator exactly as `verify` does.
+    """
+    if validate:
+        validate_inputs(target_probs, draft_tokens, draft_probs, batched=True)
+    batch, rows, _ = target_probs.shape
+    k = rows - 1
+    device = target_probs.device
+    draft_tokens = draft_tokens.to(device=device, dtype=torch.long)  # [B, k]
+    num_accepted, final_token = _decide(target_probs, draft_tokens, draft_probs, generator)  # [B], [B]
     # Assemble [accepted prefix, final token, -1 padding].
     cols = torch.arange(k + 1, device=device).unsqueeze(0)  # [1, k+1]
     tokens = torch.full((batch, k + 1), -1, dtype=torch.long, device=device)  # [B, k+1]
     if k > 0:
         tokens[:, :k] = torch.where(cols[:, :k] < num_accepted.unsqueeze(-1), draft_tokens, -1)
-    tokens[b_idx, num_accepted] = final_token
+    tokens[torch.arange(batch, device=device), num_accepted] = final_token
     return tokens, num_accepted + 1
 
 
@@ -212,11 +231,11 @@ def verify(
     bonus token. Raises ValueError on inputs that break this contract.
     """
     validate_inputs(target_probs, draft_tokens, draft_probs)
-    tokens, num_emitted = verify_batch(
+    draft_tokens = draft_tokens.to(device=target_probs.device, dtype=torch.long)  # [k]
+    num_accepted, final_token = _decide(
         target_probs.unsqueeze(0),
         draft_tokens.unsqueeze(0),
         None if draft_probs is None else draft_probs.unsqueeze(0),
-        generator=generator,
-        validate=False,
-    )
-    return tokens[0, : int(num_emitted[0])]
+        generator,
+    )  # [1], [1]
+    return torch.cat([draft_tokens[: int(num_accepted[0])], final_token])  # [n+1]

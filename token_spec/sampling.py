@@ -148,12 +148,22 @@ def warp(
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Draw one token per row of probs [..., V] (weights, need not be normalised).
+    """Draw one token per row of probs [..., V] (non-negative weights with positive
+    mass; they need not be normalised). Returns a long tensor of shape [...].
 
-    Returns a long tensor of shape [...]. This is the single categorical draw used
-    by the vanilla path, by the recovered / bonus token of `verify`, and by drafters,
-    so that equal seeds consume the generator in the same way everywhere.
+    This is the single categorical draw used by the vanilla path, by the recovered /
+    bonus token of `verify`, and by drafters, so that equal seeds consume the
+    generator in the same way everywhere: exactly one float64 uniform per row.
+
+    Inverse CDF: with c = cumsum(w) and u ~ U[0, c_V), return the first index i with
+    c_i > u; P(i) = (c_i - c_{i-1}) / c_V = w_i / sum(w). A zero-weight token has
+    c_i = c_{i-1} and can never be the first to exceed u. (torch.multinomial does the
+    same job but costs several times more per call on small rows.)
     """
-    flat = probs.reshape(-1, probs.shape[-1])  # [B, V]
-    out = torch.multinomial(flat, 1, generator=generator)  # [B, 1]
-    return out.reshape(probs.shape[:-1])
+    cdf = probs.to(torch.float64).cumsum(dim=-1)  # [..., V], non-decreasing
+    total = cdf[..., -1:]  # [..., 1]
+    u = torch.rand(total.shape, generator=generator, dtype=torch.float64, device=probs.device) * total  # [..., 1]
+    # u < total must hold even after rounding, so the draw never runs past the last
+    # token of positive weight (whose cdf equals total).
+    u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1)  # [...]

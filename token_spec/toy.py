@@ -14,6 +14,7 @@ Pure module: torch and the standard library.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -104,13 +105,15 @@ class MarkovDrafter:
         self.deterministic = deterministic
         self.name = name or ("markov-argmax" if deterministic else "markov-sample")
         self._cache_key: tuple[float, int, float] | None = None
-        self._cache = torch.empty(0)
+        self._cache: tuple[torch.Tensor, list, list] = (torch.empty(0), [], [])
 
-    def _warped(self, params: SamplingParams) -> torch.Tensor:
-        """warp() of the whole table, cached per (temperature, top_k, top_p)."""
+    def _warped(self, params: SamplingParams) -> tuple[torch.Tensor, list, list]:
+        """warp() of the whole table, as a tensor and as Python floats, and its row
+        CDFs; cached per (temperature, top_k, top_p)."""
         key = (params.temperature, params.top_k, params.top_p)
         if self._cache_key != key:
-            self._cache = warp(self.model.logits, *key)  # [P, V, V]
+            table = warp(self.model.logits, *key)  # [P, V, V]
+            self._cache = (table, table.tolist(), table.double().cumsum(dim=-1).tolist())
             self._cache_key = key
         return self._cache
 
@@ -122,16 +125,31 @@ class MarkovDrafter:
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> ToyDraft:
         prev, position = int(context[-1]), len(context) - 1
-        table = self._warped(params)  # [P, V, V]
+        table, plain, cdfs = self._warped(params)
+        period = self.model.period
+        # Sampled drafts: one uniform per token, located in the row's CDF (inverse CDF,
+        # in plain Python: the toy drafter must be cheap for the statistical tests).
+        coins = [] if self.deterministic else torch.rand(k, generator=generator, dtype=torch.float64).tolist()
         tokens: list[int] = []
-        rows: list[torch.Tensor] = []
-        for _ in range(k):
-            q = table[position % self.model.period, prev]  # [V]
-            tok = int(q.argmax()) if self.deterministic else int(sample(q, generator))
+        rows: list[tuple[int, int]] = []  # (position % period, prev) of each q row
+        for i in range(k):
+            row = (position % period, prev)
+            q = plain[row[0]][row[1]]  # [V] floats
+            if self.deterministic:
+                tok = q.index(max(q))  # argmax, first of ties
+            else:
+                cdf = cdfs[row[0]][row[1]]
+                tok = min(bisect.bisect_right(cdf, coins[i] * cdf[-1]), len(cdf) - 1)
+                while q[tok] == 0:  # rounding guard: never a zero-probability token
+                    tok -= 1
             tokens.append(tok)
-            rows.append(q)
+            rows.append(row)
             prev, position = tok, position + 1
-        probs = None if self.deterministic or not rows else torch.stack(rows)
+        if self.deterministic or not rows:
+            probs = None
+        else:
+            idx = torch.tensor(rows)  # [k, 2]
+            probs = table[idx[:, 0], idx[:, 1]]  # [k, V]
         return ToyDraft(tokens=torch.tensor(tokens, dtype=torch.long), probs=probs)
 
 

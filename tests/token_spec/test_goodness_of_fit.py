@@ -181,7 +181,7 @@ def test_warped_target_and_draft(temperature, top_k, top_p, k):
 
 def test_public_verify_first_token_per_call():
     """The unbatched entry point, called once per draw (fewer draws: it is slower)."""
-    draws = 4000
+    draws = 2500
     p, q = softmax_rows(3, seed=60), softmax_rows(2, seed=61, zero=[2])
     g = gen(62)
     first = []

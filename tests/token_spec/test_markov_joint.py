@@ -18,7 +18,7 @@ from token_spec.gamma import AdaptiveGamma, FixedGamma
 from token_spec.sampling import SamplingParams
 from token_spec.toy import MarkovDrafter
 
-N = 4000
+N = 2500
 
 CONFIGS = [
     pytest.param(False, lambda: AdaptiveGamma(initial=1, min_gamma=1, max_gamma=3), SamplingParams(), id="sampled-adaptive-T1"),

@@ -34,7 +34,7 @@ from token_spec.sampling import SamplingParams, sample
 from token_spec.toy import MarkovDrafter, ToyDraft
 
 N_TOKENS = 100_000  # single-round checks (first emitted token)
-N_SEQUENCES = 1000  # joint checks (whole sequences); the biases below are large
+N_SEQUENCES = 700  # joint checks (whole sequences); the biases below are large
 V = 6
 
 Residual = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
