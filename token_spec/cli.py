@@ -157,30 +157,40 @@ def run_bench(args) -> dict:
     cells: dict[tuple[str, str], Cell] = {}
     runs = []
     bar = tqdm(total=total, desc="bench", unit="req", file=sys.stderr)
+    # Methods are interleaved per prompt and repeat (in a rotating order), so that a
+    # change of machine load hits every method alike.
     for domain in domains:
-        for method in methods:
-            cell = cells.setdefault((domain, method), Cell())
-            dec = decoders.get(method)
-            before = dec.metrics.cumulative.copy() if dec is not None else None
-            for pi, messages in enumerate(prompts[domain]):
-                ids = target.encode(messages)
-                times, out = [], None
-                for _ in range(args.repeats):
-                    # (the suffix drafter keeps learning across repeats, as it would in an agent loop)
+        for pi, messages in enumerate(prompts[domain]):
+            ids = target.encode(messages)
+            times: dict[str, list[float]] = {m: [] for m in methods}
+            outs: dict[str, list[int]] = {}
+            for rep in range(args.repeats):
+                shift = (pi + rep) % len(methods)
+                for method in methods[shift:] + methods[:shift]:
+                    dec = decoders.get(method)
                     t0 = time.perf_counter()
                     if dec is not None:
-                        out = dec.generate(ids, params).token_ids
+                        g = dec.generate(ids, params)
+                        out = g.token_ids
                     else:
                         out = _hf_generate(target, ids, method, args, draft_hf)
-                    times.append(time.perf_counter() - t0)
+                    times[method].append(time.perf_counter() - t0)
+                    cell = cells.setdefault((domain, method), Cell())
+                    if dec is not None:
+                        if cell.metrics is None:
+                            from .metrics import SpecMetrics
+
+                            cell.metrics = SpecMetrics(lossless=dec.lossless)
+                        cell.metrics.add(g.metrics)
+                    outs[method] = out
                     bar.update(1)
-                    bar.set_postfix_str(f"{domain} {method}")
-                cell.tokens.append(len(out))
-                cell.seconds.append(statistics.median(times))
-                runs.append({"domain": domain, "method": method, "prompt": pi, "tokens": len(out),
-                             "seconds": times, "output_ids": out})
-            if dec is not None:
-                cell.metrics = dec.metrics.cumulative.since(before)
+                    bar.set_postfix_str(f"{domain} #{pi} {method}")
+            for method in methods:
+                cell = cells[(domain, method)]
+                cell.tokens.append(len(outs[method]))
+                cell.seconds.append(statistics.median(times[method]))
+                runs.append({"domain": domain, "method": method, "prompt": pi, "tokens": len(outs[method]),
+                             "seconds": times[method], "output_ids": outs[method]})
     bar.close()
 
     # greedy identity vs vanilla, per prompt
@@ -191,7 +201,8 @@ def run_bench(args) -> dict:
             cells[(r["domain"], r["method"])].identical.append(r["identical"])
 
     rows = []
-    for (domain, method), cell in cells.items():
+    for domain, method in ((d, m) for d in domains for m in methods):
+        cell = cells[(domain, method)]
         base = cells[(domain, "vanilla")].tokens_per_s
         m = cell.metrics
         rows.append({

@@ -9,7 +9,9 @@ every emitted delta is a piece of the final text: ``"".join(deltas) == final tex
 Stop strings: the text is cut at the earliest occurrence of any stop string (the stop
 string itself is not emitted). To never emit text that a stop string might later
 claim, the longest suffix of the stable text that is a proper prefix of a stop string
-is held back until the next tokens decide it.
+is held back until the next tokens decide it. If the generation ends inside a
+multi-byte character, the incomplete character is dropped (so no delta ever carries
+a U+FFFD made from a split character).
 """
 
 from __future__ import annotations
@@ -69,11 +71,13 @@ class IncrementalText:
         return delta, False
 
     def finish(self) -> str:
-        """The generation ended without a stop string: release everything held back
-        (an incomplete final character decodes as U+FFFD, as a full decode would)."""
+        """The generation ended without a stop string: release everything held back.
+
+        A generation cut (by max_tokens) inside a multi-byte character ends before that
+        character: its incomplete bytes are dropped, never emitted as U+FFFD."""
         if self.stopped:
             return ""
-        self.text = self._decode()
+        self.text = self._decode().rstrip(REPLACEMENT)
         delta = self.text[self.emitted :]
         self.emitted = len(self.text)
         return delta

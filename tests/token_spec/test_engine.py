@@ -89,7 +89,7 @@ def test_max_tokens_and_eos(target):
     dec = SpeculativeDecoder(target, NgramDrafter())
     short = dec.generate(CODE, SamplingParams(temperature=0, max_tokens=3))
     assert len(short.token_ids) == 3 and short.finish_reason == "length"
-    msgs = [{"role": "user", "content": "Reply with the single word: yes"}]
+    msgs = [{"role": "user", "content": "Is 2 bigger than 1? Answer yes or no."}]  # greedy: "No." then EOS
     g = dec.generate(msgs, SamplingParams(temperature=0, max_tokens=12))
     assert g.finish_reason == "eos" and len(g.token_ids) < 12
     assert not set(g.token_ids) & set(target.eos_ids)
