@@ -42,9 +42,11 @@ class CallsMixin:
         func_node = node.func
         receiver = None
         try:
-            if isinstance(func_node, ast.Attribute):
+            if type(func_node) is ast.Attribute:
                 receiver = yield from self._known(func_node.value, scope)
                 fn = self._getattr(receiver, func_node.attr)
+            elif type(func_node) is ast.Name:
+                fn = self._lookup(func_node.id, scope)
             else:
                 fn = yield from self._eval(func_node, scope)
             if type(fn) is Pending:
@@ -55,7 +57,7 @@ class CallsMixin:
             yield from self._eval_args(node, scope)  # calls inside the arguments still happen
             self._taint(_call_written(node), scope, frozenset())
             raise _UnknownValue from None
-        if isinstance(fn, SafeFunc) and fn.special == "print":
+        if type(fn) is SafeFunc and fn.special == "print":
             self._nowait += 1
             try:
                 yield from self._eval_args(node, scope)
@@ -83,12 +85,19 @@ class CallsMixin:
     def _eval_args(self, node: ast.Call, scope: Scope):
         args: list = []
         for arg in node.args:
-            if isinstance(arg, ast.Starred):
+            t = type(arg)
+            if t is ast.Constant:
+                args.append(arg.value)
+            elif t is ast.Name:
+                args.append(self._lookup(arg.id, scope))
+            elif t is ast.Starred:
                 value = yield from self._known(arg.value, scope)
                 args.extend((yield from self._materialize(value)))
             else:
                 args.append((yield from self._eval_value(arg, scope)))
         kwargs: dict = {}
+        if not node.keywords:
+            return tuple(args), kwargs
         for kw in node.keywords:
             if kw.arg is None:
                 mapping = yield from self._known(kw.value, scope)

@@ -101,19 +101,20 @@ class ExpressionsMixin:
             if name == "__name__" and type(obj) in (SafeFunc, ShadowFunction):
                 return obj.name  # type: ignore[union-attr]  # e.g. type(e).__name__
             raise ShadowDeclined("underscore attribute")
-        if isinstance(obj, ModuleProxy):
-            member = obj.members.get(name)
-            return member if member is not None else Unknown(f"{obj.name}.{name}")
-        if isinstance(obj, SafeFunc):
-            if not obj.is_class:
+        t = type(obj)
+        if t in _ATTR_TYPES:
+            owner = obj
+        elif t is ModuleProxy:
+            member = obj.members.get(name)  # type: ignore[attr-defined]
+            return member if member is not None else Unknown(f"{obj.name}.{name}")  # type: ignore[attr-defined]
+        elif t is SafeFunc:
+            if not obj.is_class:  # type: ignore[attr-defined]
                 raise ShadowDeclined("attribute of a function")
-            owner = obj.raw
+            owner = obj.raw  # type: ignore[attr-defined]
         elif isinstance(obj, BaseException):
             if name != "args":
                 raise ShadowDeclined("exception attribute")
             return BaseException.args.__get__(obj)
-        elif type(obj) in _ATTR_TYPES:
-            owner = obj
         else:
             raise ShadowDeclined(f"attribute of a {type(obj).__name__}")
         try:
