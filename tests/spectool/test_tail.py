@@ -120,3 +120,41 @@ def test_peeking_leaves_every_part_of_the_shadow_state_alone():
     after = {n: repr(interp.value_of(n)) for n in ("chunks", "p", "results", "counts", "dd")}
     assert before == after
     assert host.launches == []
+
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+
+@st.composite
+def loop_program(draw):
+    n = draw(st.integers(0, 5))
+    body = []
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.integers(0, 5))
+        if kind == 0:
+            body.append("r = llm_query(p + c)")
+        elif kind == 1:
+            body.append(f"p = p + '{draw(st.sampled_from('xyz'))}'")
+        elif kind == 2:
+            body.append(f"if len(p) > {draw(st.integers(0, 4))}:\n        llm_query('long ' + c)")
+        elif kind == 3:
+            body.append("results.append(ask(c))")
+        elif kind == 4:
+            body.append(f"if c == 'c{draw(st.integers(0, 4))}':\n        break")
+        else:
+            body.append("llm_query(search(c))")  # unknown argument: never a bet
+    return f"for c in [f'c{{i}}' for i in range({n})]:\n" + "".join(f"    {b}\n" for b in body)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(loop_program())
+def test_bets_on_the_whole_open_statement_are_exactly_what_it_launches(program):
+    interp, host = shadow(SETUP)
+    bets = interp.peek_tail(program)
+    from shadow_driver import drive
+
+    drive(interp, program, host)
+    launched = [(tool, args, kwargs) for tool, args, kwargs, _ in host.launches]
+    assert [(b.tool, b.args, b.kwargs) for b in bets] == launched[:len(bets)]
+    assert len(bets) == min(len(launched), 64), (program, bets, launched)
