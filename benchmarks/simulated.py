@@ -30,7 +30,6 @@ of a realistic deployment while taking a fraction of the wall time.
 from __future__ import annotations
 
 import hashlib
-import math
 import random
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -38,7 +37,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from .oolong.generator import CHARS_PER_TOKEN, estimate_tokens
+from .oolong.generator import estimate_tokens
 
 SIMULATED = "simulated"  # the label every output of these models carries
 
@@ -382,8 +381,3 @@ class SimulatedToolLatency:
             req.t_end = anyio.current_time()
             if req.status != "done":
                 req.status = "cancelled"
-
-
-def tokens_of(text: str) -> int:
-    """Estimated tokens (``CHARS_PER_TOKEN`` characters each)."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN)

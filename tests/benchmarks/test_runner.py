@@ -152,3 +152,20 @@ def test_real_models_through_litellm(tmp_path, capsys):
     assert answers["baseline"] == answers["spec"] and len(answers["spec"]) == 2
     assert all(re.fullmatch(r"Answer: \d+", a) for a in answers["baseline"])
     assert {e["shape"] for r in data["runs"] for e in r["episodes"]} == {"model-written"}
+
+
+def test_seeds_and_repeats(tmp_path):
+    cfg = BenchConfig(out=tmp_path, modes=("baseline", "spec"), seeds=(0, 1), repeats=2,
+                      context_tokens=(1024,), decoding=("vanilla",), concurrency=(2,),
+                      shapes=("batched", "pure_python"), time_scale=0.004, progress=False,
+                      plots=False)
+    rep = main_bench(cfg)
+    keys = sorted((r["seed"], r["repeat"], r["mode"]) for r in rep["runs"])
+    assert keys == sorted((s, k, m) for s in (0, 1) for k in (0, 1) for m in ("baseline", "spec"))
+    assert rep["summary"]["checks"]["scores_identical_across_modes"] is True
+    by_seed = {}
+    for r in rep["runs"]:  # repeats of one seed answer identically
+        answers = tuple(e["answer"] for e in r["episodes"])
+        assert by_seed.setdefault(r["seed"], answers) == answers
+    row = next(r for r in rep["summary"]["rows"] if r["mode"] == "spec")
+    assert row["episodes"] == 8 and row["oracle_speedup"] is None  # oracle: concurrency 1 only
