@@ -13,8 +13,12 @@ still arriving) plus the unfinished last line. Peeking:
    state, launching nothing. A tool call with known arguments becomes a bet; ``for``
    loops over known iterables are unrolled (at most ``Limits.max_tail_iterations``
    iterations in all); ``if`` with a known condition takes its branch; blocks with an
-   unknown condition, ``while`` loops and ``try`` are skipped and taint what they write;
-   if control could leave early (a skipped ``break``/``return``/``raise``) peeking stops.
+   unknown condition and ``while`` loops are skipped and taint what they write; if
+   control could leave early (a skipped ``break``/``return``/``raise``) peeking stops.
+   An open ``try`` does not parse until its handler has streamed, so its body is bet on
+   only then. Peeking never mutates shared state: mutating a container that existed
+   before the peek, reading a missing ``defaultdict`` key or advancing a shared
+   iterator makes the value unknown instead.
 
 Later lines change the bets naturally: each peek evaluates the whole current tail, so a
 reassignment further down the loop body changes (or removes) the bets of later
