@@ -195,7 +195,8 @@ class _Turn:
         async with anyio.create_task_group() as tg:
             store = Store(rt.tools, tg, budget=rt.budget, trace=self.trace, stats=self.stats,
                           turn_id=self.turn_id, max_dispatches=rt.max_dispatches_per_turn,
-                          max_output_bytes=rt.max_output_bytes)
+                          max_output_bytes=rt.max_output_bytes,
+                          passthrough=rt.mode == "baseline")
             shadow_scope = anyio.CancelScope()
             if rt.mode != "baseline":
                 from ._shadow_driver import ShadowDriver

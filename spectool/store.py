@@ -9,7 +9,8 @@ Semantics (pinned in docs/INTERFACES.md):
   immutable data have no key and are never speculated.
 * Per key a FIFO of :class:`Entry` indexed by *occurrence*: the shadow's n-th launch
   of a key and the real run's n-th call of that key meet at entry n. Identical calls
-  are never merged unless the tool is ``deterministic`` (then all share entry 0).
+  are never merged unless the tool is ``deterministic`` (then all share entry 0 and
+  each real call receives a deep copy of its result).
 * States: ``pending`` (waiting for budget) -> ``running`` -> ``done`` ->
   ``claimed`` | ``evicted``.
 * A real call claims its occurrence: a hit awaits the entry and returns its value or
@@ -19,6 +20,8 @@ Semantics (pinned in docs/INTERFACES.md):
 * ``close()`` (turn end) cancels every unclaimed entry for real; the tool's
   ``cancel`` hook runs for a cancelled call that had started. Finished-but-unclaimed
   entries count as ``wasted``, cancelled unfinished ones as ``evicted``.
+* ``passthrough=True`` (baseline mode): no speculation, no sharing; every real call
+  runs its tool.
 * Tail bets are *floating* entries (launched from the unfinished tail, not yet in a
   FIFO); a statement launch of the same key adopts the oldest one; the rest are
   withdrawn (cancelled) when the tail no longer contains them.
@@ -26,6 +29,7 @@ Semantics (pinned in docs/INTERFACES.md):
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 from collections import defaultdict
@@ -110,8 +114,9 @@ class Store:
 
     def __init__(self, tools: Mapping[str, Any], task_group: TaskGroup, *, budget: Budget,
                  trace: Trace, stats: TurnStats, turn_id: str, max_dispatches: int = 256,
-                 max_output_bytes: int | None = None) -> None:
+                 max_output_bytes: int | None = None, passthrough: bool = False) -> None:
         self.tools = dict(tools)
+        self.passthrough = passthrough   # baseline: every real call runs its tool, nothing shared
         self._tg = task_group
         self.budget = budget
         self.trace = trace
@@ -130,6 +135,8 @@ class Store:
     def launch(self, tool_name: str, args: tuple, kwargs: dict, *,
                origin: str = "statement") -> Entry | None:
         """Start (or join) a speculative call; ``None`` = declined. Never blocks."""
+        if self.passthrough:
+            return None
         prepared = self._prepare(tool_name, args, kwargs, origin)
         if prepared is None:
             return None
@@ -208,6 +215,13 @@ class Store:
             self.stats.calls += 1
             self.trace.add("call", tool=tool.name)
             return await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes)
+        if self.passthrough:
+            self.stats.misses += 1
+            self._nokey_calls += 1
+            self.trace.add("claim_miss", tool=tool.name, reason="baseline")
+            return await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes,
+                                  idempotency_key=f"{self.turn_id}:{tool.name}:"
+                                                  f"call{self._nokey_calls}")
         if tool.batched_of is not None and tool.batched_of in self.tools and args \
                 and isinstance(args[0], (list, tuple)):
             return await self._call_batched(tool, args, kwargs)
@@ -344,7 +358,7 @@ class Store:
                        waited_s=round(waited, 6), saved_s=round(saved, 6))
         if entry.error is not None:
             raise entry.error
-        return entry.value
+        return _handed_out(entry)
 
     async def _run_inline(self, entry: Entry, reason: str) -> Any:
         self.stats.misses += 1
@@ -365,7 +379,7 @@ class Store:
             if entry.state is EntryState.RUNNING:
                 entry.state = EntryState.CLAIMED
             entry.done.set()
-        return entry.value
+        return _handed_out(entry)
 
     # ------------------------------------------------------------------- turn end
     def close(self) -> None:
@@ -473,3 +487,16 @@ class Store:
                             await tool.call_cancel_hook(entry.args, entry.kwargs)
                         except Exception as exc:  # a failing hook must not fail the turn
                             self.trace.add("cancel_hook_error", tool=tool.name, error=repr(exc))
+
+
+def _handed_out(entry: Entry) -> Any:
+    """The value a real call receives. A deterministic tool's one result is shared by
+    every identical call, so each gets its own deep copy (as if the tool had run again)
+    and a cell that mutates one result cannot change what a later call returns. Values
+    that cannot be copied are shared as they are."""
+    if not entry.tool.deterministic:
+        return entry.value
+    try:
+        return copy.deepcopy(entry.value)
+    except Exception:
+        return entry.value

@@ -253,3 +253,21 @@ async def test_trace_and_stats_describe_the_turn(anyio_backend):
     assert events[-1]["hits"] == 1 and s.to_dict()["hits"] == 1
     with pytest.raises(ValueError):
         spectool.Runtime([], limits=Limits(), shadow_limits=Limits())
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["baseline", "spec"])
+async def test_deterministic_results_are_not_shared_mutably(anyio_backend, mode):
+    runs = []
+
+    @spectool.tool(speculate="pure", deterministic=True)
+    async def rows(n: int) -> list:
+        runs.append(n)
+        return list(range(n))
+
+    rt = spectool.Runtime([rows], mode=mode)
+    res = await rt.run(chunks(fenced("a = rows(3)\na.append(99)\nb = rows(3)\nc = rows(3)\n"
+                                     "c.clear()\nd = rows(3)\n"), 5))
+    assert res.error is None
+    assert res.namespace == {"a": [0, 1, 2, 99], "b": [0, 1, 2], "c": [], "d": [0, 1, 2]}
+    assert runs == ([3, 3, 3, 3] if mode == "baseline" else [3])   # baseline never shares
