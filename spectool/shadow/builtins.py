@@ -427,6 +427,8 @@ def _policy_kind(owner: type, name: str, is_class: bool) -> tuple[str, object]:
             return "text", name if name in _TEXT_METHOD_CHECKS else None
         if name in _TEXT_METHOD_CHECKS:
             return "refuse", None  # unbound form: would need its own checks
+    if owner is re.Match and name == "expand":
+        return "refuse", None  # a template can repeat a large group without bound
     if is_class and name == "mro":
         return "refuse", None  # a list of raw classes
     if owner is re.Pattern and not is_class:
