@@ -216,9 +216,11 @@ class Store:
             self.trace.add("call", tool=tool.name)
             return await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes)
         if self.passthrough:
-            self.stats.misses += 1
+            batched = tool.batched_of is not None and args and isinstance(args[0], (list, tuple))
+            count = len(args[0]) if batched else 1     # a batched call counts per element
+            self.stats.misses += count
             self._nokey_calls += 1
-            self.trace.add("claim_miss", tool=tool.name, reason="baseline")
+            self.trace.add("claim_miss", tool=tool.name, reason="baseline", count=count)
             return await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes,
                                   idempotency_key=f"{self.turn_id}:{tool.name}:"
                                                   f"call{self._nokey_calls}")

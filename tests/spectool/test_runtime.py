@@ -221,6 +221,7 @@ async def test_batched_tool_claims_element_speculations(anyio_backend, mode):
     assert res.namespace["out"] == ["P0", "P1", "P2", "N!"] and res.namespace["one"] == "P1"
     if mode == "baseline":
         assert batch_calls == [["p0", "p1", "p2", "n!"]] and element_runs == ["p1"]
+        assert res.stats.misses == 5 and res.stats.hits == 0     # counted per element
     else:   # the shadow may or may not have reached each element before the real run
         assert sum(len(b) for b in batch_calls) + len(element_runs) - 1 >= 4
         assert all(b[-1] == "n!" for b in batch_calls) and len(batch_calls) == 1
