@@ -78,8 +78,8 @@ def _model_drafter(target):
 
 
 DRAFTERS = {
-    "ngram": (lambda t: NgramDrafter(), lambda: FixedGamma(4)),
-    "suffix": (lambda t: SuffixDrafter(), lambda: AdaptiveGamma(initial=3, max_gamma=8)),
+    "ngram": (lambda t: NgramDrafter(n_min=1), lambda: FixedGamma(4)),  # n_min=1: drafts as often as possible
+    "suffix": (lambda t: SuffixDrafter(n_min=1), lambda: AdaptiveGamma(initial=3, max_gamma=8)),
     "draft_model": (_model_drafter, lambda: FixedGamma(3)),
 }
 
