@@ -3,8 +3,9 @@ printed output, error and ordered calls to non-speculatable tools as `baseline`.
 
 Tools: `p` (pure, deterministic value, fails for some arguments), `s` (pure and
 stochastic: every execution draws the next value of a seeded RNG per argument, so a
-merged call would show up as a repeated draw) and `n` (never speculated, effects
-recorded in order, fails for some arguments). Latencies are tiny random sleeps (0 to
+merged call would show up as a repeated draw), `d` (declared deterministic: identical
+calls share one run; returns a list the cell mutates), `pb` (batched form of `p`) and
+`n` (never speculated, effects recorded in order, fails for some arguments). Latencies are tiny random sleeps (0 to
 3 ms) that vary the interleavings; nothing is ordered by sleeping. Messages are
 streamed in random delta splits. A negative control runs the same check against a
 deliberately broken store that merges identical stochastic calls and must be caught.
@@ -58,6 +59,21 @@ class World:
             await pause(x + 1)
             return token
 
+        @spectool.tool(speculate="pure", deterministic=True)
+        async def d(x: int) -> list:
+            await pause(x + 2)
+            return list(range(x % 4))
+
+        @spectool.tool(speculate="pure", batched_of="p")
+        async def pb(xs: list[int]) -> list[int]:
+            await pause(len(xs))
+            out = []
+            for x in xs:
+                if x % 5 == 3:
+                    raise ValueError(f"p({x}) failed")
+                out.append(7 * x + 1)
+            return out
+
         @spectool.tool
         def n(x: int) -> int:
             world.never_calls.append(x)
@@ -65,7 +81,7 @@ class World:
                 raise KeyError(f"n({x})")
             return x + 1000
 
-        self.tools = [p, s, n]
+        self.tools = [p, s, n, d, pb]
 
 
 # -- program generator ---------------------------------------------------------------
@@ -93,7 +109,7 @@ def programs(draw) -> str:
         helper = False
     for _ in range(draw(st.integers(1, 7))):
         kind = draw(st.sampled_from(["p", "p", "n", "s", "s", "sum", "print", "try", "for",
-                                     "if", "helper", "listcomp"]))
+                                     "if", "helper", "listcomp", "det", "batch"]))
         if kind in ("p", "n"):
             v = new_var()
             lines.append(f"{v} = {kind}({arg()})")
@@ -126,6 +142,14 @@ def programs(draw) -> str:
         elif kind == "helper" and helper:
             v = new_var()
             lines.append(f"{v} = h({arg()})")
+            defined.append(v)
+        elif kind == "det":            # shared deterministic result, mutated by the cell
+            v = new_var()
+            lines.append(f"{v} = d({arg()})\n{v}.append(5)\n{v} = len({v})")
+            defined.append(v)
+        elif kind == "batch":
+            v = new_var()
+            lines.append(f"{v} = sum(pb([{arg()}, {arg()}, {draw(st.integers(0, 9))}]))")
             defined.append(v)
         elif kind == "listcomp":
             v = new_var()
