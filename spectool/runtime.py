@@ -26,7 +26,6 @@ execution: later cells do not run. ``TurnResult.error`` is that error.
 
 from __future__ import annotations
 
-import copy
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterable, Iterable, Literal
@@ -310,17 +309,15 @@ class _ExactCell:
 
 
 def _snapshot(variables: dict[str, Any]) -> dict[str, Any]:
-    """Deep copies of the REPL variables for the shadow; values that do not copy are left out."""
+    """The REPL variables handed to the shadow.
+
+    No copy is made here: ``copy.deepcopy`` would run user ``__deepcopy__`` /
+    ``__reduce_ex__`` code in the host, an effect the baseline never has. The shadow
+    copies plain data itself (exact-type checks, no user code) and turns everything
+    else into Unknown.
+    """
     from .subprocess_executor import Opaque
-    out: dict[str, Any] = {}
-    for name, value in variables.items():
-        if isinstance(value, Opaque):  # a subprocess value that did not come back
-            continue
-        try:
-            out[name] = copy.deepcopy(value)
-        except Exception:
-            continue
-    return out
+    return {name: value for name, value in variables.items() if not isinstance(value, Opaque)}
 
 
 def _longest_backtick_run(text: str) -> int:
