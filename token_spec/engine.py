@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -206,11 +206,7 @@ class _Decoder:
 
     def _params(self, params: SamplingParams | None, overrides: dict) -> SamplingParams:
         params = params if params is not None else SamplingParams()
-        if overrides:
-            from dataclasses import replace
-
-            params = replace(params, **overrides)
-        return params
+        return replace(params, **overrides) if overrides else params
 
     def generate(self, prompt: Prompt, params: SamplingParams | None = None, **overrides: Any) -> Generation:
         """Run one request to the end (synchronously, in this thread)."""

@@ -26,6 +26,7 @@ import importlib.metadata
 import importlib.util
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -96,6 +97,9 @@ def _build_cache(gguf: Path, dest: Path) -> None:
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     dest.parent.mkdir(parents=True, exist_ok=True)
+    for stale in dest.parent.glob(f".tmp-{dest.name}-*"):  # left by a killed process
+        if time.time() - stale.stat().st_mtime > 3600:
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = dest.parent / f".tmp-{dest.name}-{uuid.uuid4().hex[:8]}"
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)

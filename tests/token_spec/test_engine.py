@@ -87,7 +87,7 @@ def test_metrics_counters_are_consistent(target):
 
 def test_max_tokens_and_eos(target):
     dec = SpeculativeDecoder(target, NgramDrafter())
-    short = dec.generate(CODE, SamplingParams(temperature=0, max_tokens=3))
+    short = dec.generate(CODE, temperature=0, max_tokens=3)  # keyword overrides of SamplingParams()
     assert len(short.token_ids) == 3 and short.finish_reason == "length"
     msgs = [{"role": "user", "content": "Is 2 bigger than 1? Answer yes or no."}]  # greedy: "No." then EOS
     g = dec.generate(msgs, SamplingParams(temperature=0, max_tokens=12))

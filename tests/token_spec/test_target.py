@@ -87,3 +87,23 @@ def test_cache_is_reused_and_a_half_written_one_is_ignored(target):
 
     assert torch.equal(again.model.model.embed_tokens.weight, target.model.model.embed_tokens.weight)
     assert again.model.lm_head.weight.data_ptr() == again.model.model.embed_tokens.weight.data_ptr()
+
+
+def test_a_failed_cache_build_leaves_nothing_behind(monkeypatch, tmp_path):
+    import transformers
+
+    dest = tmp_path / "smollm2-test"
+    stale = tmp_path / f".tmp-{dest.name}-dead"  # from a process killed long ago
+    stale.mkdir()
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    fresh = tmp_path / f".tmp-{dest.name}-busy"  # another process may still be writing this one
+    fresh.mkdir()
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("simulated crash while dequantising")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", boom)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        target_mod._build_cache(tmp_path / "model.gguf", dest)
+    assert not dest.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [fresh.name]
