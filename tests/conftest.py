@@ -17,3 +17,22 @@ import pytest  # noqa: E402
 def anyio_backend(request):
     """Core async code runs on both backends (anyio's pytest plugin)."""
     return request.param
+
+
+def _vllm_gpu_available() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    """`vllm` tests need vLLM and a CUDA GPU; elsewhere they are reported as skipped."""
+    vllm_items = [item for item in items if "vllm" in item.keywords]
+    if vllm_items and not _vllm_gpu_available():
+        skip = pytest.mark.skip(reason="needs vLLM and a CUDA GPU (pip install '.[vllm]')")
+        for item in vllm_items:
+            item.add_marker(skip)
