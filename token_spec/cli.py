@@ -8,7 +8,8 @@ tokens/s is its total emitted tokens over the sum of those medians. Methods:
 * ``spec:<drafter>``     our ``SpeculativeDecoder`` with ``ngram`` / ``suffix`` / ``draft``;
 * ``hf:greedy``          ``model.generate`` without assistance (HF's own overhead);
 * ``hf:prompt_lookup``   ``model.generate(..., prompt_lookup_num_tokens=gamma)``;
-* ``hf:assisted``        ``model.generate(..., assistant_model=<draft .hf_model>)``.
+* ``hf:assisted``        ``model.generate(..., assistant_model=<draft .hf_model>)`` with
+  HF's own defaults (up to 20 draft tokens, confidence threshold 0.4).
 
 Reported per domain and method: end-to-end tok/s (prefill included) and its
 speed-up vs vanilla; decode tok/s (prefill excluded, ours only, over all repeats)
@@ -52,8 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=3, help="repeats per prompt and method; the median is kept")
     b.add_argument("--domains", default=",".join(DOMAINS), help=f"comma list of {sorted(DOMAINS)}")
     b.add_argument("--prompts", type=int, default=0, help="use only the first N prompts per domain (0 = all)")
-    b.add_argument("--drafters", default=",".join(OUR_DRAFTERS), help=f"comma list of {list(OUR_DRAFTERS)}")
+    b.add_argument("--drafters", default=",".join(OUR_DRAFTERS), help=f"comma list of {list(OUR_DRAFTERS)}; name:G sets that drafter's gamma (e.g. draft:2)")
     b.add_argument("--gamma", type=int, default=4, help="draft length per round (default 4)")
+    b.add_argument("--draft-confidence", type=float, default=0.4,
+                   help="draft model: stop drafting where its top probability < this (HF's default 0.4; 0 = off)")
     b.add_argument("--adaptive", action="store_true", help="adaptive gamma (HF heuristic) instead of fixed")
     b.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     b.add_argument("--seed", type=int, default=0)
@@ -104,7 +107,7 @@ def _hf_generate(target, ids: list[int], kind: str, args, assistant) -> list[int
     return _strip_eos(out[0, len(ids) :].tolist(), set(target.eos_ids))
 
 
-def _make_drafter(name: str, target):
+def _make_drafter(name: str, target, args):
     from .drafters import ModelDrafter, NgramDrafter, SuffixDrafter
 
     if name == "ngram":
@@ -114,7 +117,7 @@ def _make_drafter(name: str, target):
     if name == "draft":
         from .draft_model import load_draft
 
-        return ModelDrafter(load_draft(target.model), name="draft")
+        return ModelDrafter(load_draft(target.model), confidence=args.draft_confidence, name="draft")
     raise ValueError(f"unknown drafter {name!r}; choose from {list(OUR_DRAFTERS)}")
 
 
@@ -136,15 +139,16 @@ def run_bench(args) -> dict:
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens,
                             seed=None if args.temperature == 0 else args.seed)
 
-    def policy():
-        return AdaptiveGamma(initial=args.gamma, max_gamma=max(16, args.gamma)) if args.adaptive \
-            else FixedGamma(args.gamma)
+    def policy(gamma: int | None = None):
+        gamma = args.gamma if gamma is None else gamma
+        return AdaptiveGamma(initial=gamma, max_gamma=max(16, gamma)) if args.adaptive else FixedGamma(gamma)
 
     decoders = {"vanilla": VanillaDecoder(target)}
     draft_hf = None
-    for name in drafters:
-        drafter = _make_drafter(name, target)
-        decoders[f"spec:{name}"] = SpeculativeDecoder(target, drafter, gamma_policy=policy())
+    for spec in drafters:
+        name, _, g = spec.partition(":")  # "draft:2" = the draft model with gamma 2
+        drafter = _make_drafter(name, target, args)
+        decoders[f"spec:{spec}"] = SpeculativeDecoder(target, drafter, gamma_policy=policy(int(g) if g else None))
         if name == "draft":
             draft_hf = drafter.lm.hf_model
     methods = list(decoders)

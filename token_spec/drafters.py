@@ -193,11 +193,19 @@ class ModelDrafter:
     its logits are fresh), truncates the rest (exact rollback) and extends with the
     missing verified tokens, then drafts k tokens autoregressively. The last drafted
     token is not fed: k draft forwards per round, the first one over the new tokens.
+
+    ``confidence`` (HF's ``assistant_confidence_threshold``): stop the draft before
+    position i > 0 when the draft's own top probability there, max softmax(logits_i),
+    is below it. The decision uses only the draft's row i, fixed before token i is
+    drawn, so it is non-anticipating and verification stays exact.
     """
 
-    def __init__(self, lm: CausalLM, *, name: str = "draft_model") -> None:
+    def __init__(self, lm: CausalLM, *, confidence: float = 0.0, name: str = "draft_model") -> None:
+        if not 0.0 <= confidence < 1.0:
+            raise ValueError(f"confidence must be in [0, 1), got {confidence!r}")
         self.lm = lm
         self.name = name
+        self.confidence = confidence
         self.vocab_size = int(lm.vocab_size)
         self._session: LMSession | None = None
         self._cached: list[int] = []
@@ -232,6 +240,8 @@ class ModelDrafter:
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         for i in range(k):
+            if i > 0 and self.confidence > 0 and float(torch.softmax(logits, -1).max()) < self.confidence:
+                break  # the draft is unsure here: stop before drawing token i
             if greedy:
                 tok = int(torch.argmax(logits))  # first maximal index, as warp()'s one-hot
             else:
@@ -242,7 +252,7 @@ class ModelDrafter:
             if i < k - 1:
                 logits = self._session.extend(torch.tensor([tok], dtype=torch.long))[-1]
                 self._cached.append(tok)
-        probs = None if greedy else torch.stack(rows)  # [k, V]
+        probs = None if greedy else torch.stack(rows)  # [k', V]
         return Draft(tokens=torch.tensor(tokens, dtype=torch.long), probs=probs)
 
     def end(self, output_ids: Sequence[int]) -> None:

@@ -184,3 +184,20 @@ def test_model_drafter_sampling_returns_the_q_rows_it_sampled_from():
     expected = warp(s.extend(torch.tensor(ctx[-1:]))[-1], 0.8, 4, 1.0)
     torch.testing.assert_close(a.probs[0], expected)
     assert all(a.probs[i, t] > 0 for i, t in enumerate(a.tokens.tolist()))
+
+
+def test_model_drafter_confidence_cut_stops_where_the_draft_is_unsure():
+    lm = random_markov(vocab=6, period=2, seed=3, scale=0.5)  # flat rows: top probability well below 0.9
+    ctx = [1, 2, 3]
+    sure = ModelDrafter(lm, confidence=0.0)
+    sure.begin(ctx)
+    assert len(sure.propose(ctx, 4, GREEDY, None).tokens) == 4
+    unsure = ModelDrafter(lm, confidence=0.9)
+    unsure.begin(ctx)
+    draft = unsure.propose(ctx, 4, HOT, torch.Generator().manual_seed(0))
+    assert draft.tokens.numel() == 1 and draft.probs.shape == (1, 6)  # position 0 is always drafted
+    # after a cut the cache still tracks the context exactly: the next round continues correctly
+    ctx2 = ctx + [draft.tokens[0].item(), 0]
+    assert unsure.propose(ctx2, 3, GREEDY, None).tokens.tolist() == _greedy_path(lm, ctx2, 1)
+    with pytest.raises(ValueError):
+        ModelDrafter(lm, confidence=1.0)
