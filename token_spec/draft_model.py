@@ -260,7 +260,7 @@ def load_draft(
     weights = Path(path) if path is not None else default_weights_path(num_layers)
     if not weights.is_file():
         raise DraftWeightsMissing(
-            f"draft model weights not found at {weights}; rebuild them (about 25 min on 2 CPU cores) with: "
+            f"draft model weights not found at {weights}; rebuild them (under 30 min on 2 CPU cores) with: "
             f"{REBUILD_COMMAND} --layers {num_layers}"
         )
     tensors, meta = _read_weights(weights)
