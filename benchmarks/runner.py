@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import json
 import random
-import statistics
 import time
-from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,12 +34,10 @@ from .oolong import generate_window, score
 from .oolong.generator import Question, Window
 from .oracle import oracle_episode_time
 from .programs import GUIDE_TOOL_S, SHAPES, Program, build_program
+from .report import DECODINGS, MODES, label_waste, render_table, summarise
 from .simulated import (SIMULATED, DecodingModel, SimulatedRootModel, SimulatedServer,
                         SimulatedSubModel, SimulatedToolLatency)
 
-MODES = ("baseline", "lazy", "spec")
-DECODINGS = ("vanilla", "speculative")
-_ORDER = DECODINGS + ("real",)  # "real": root model is a real (litellm) model
 GUIDE_TEXT = ("Labelling guide: read each line's instance text and pick the single best "
               "label from the list; never skip a line.\n")
 
@@ -262,194 +258,6 @@ async def _warm_up(cfg: BenchConfig) -> None:
         await run_once(warm, episodes, mode, "vanilla", 1)
 
 
-def _label_waste(runs: list[dict[str, Any]]) -> None:
-    """Mark each server request: launched during decoding or after the message; and
-    'wasted' = a finished request beyond the baseline's calls of the same prompt in the
-    same episode turn (the real calls are the same in every mode)."""
-    base = {(r["decoding"], r["concurrency"], r.get("seed"), r.get("repeat")): r
-            for r in runs if r["mode"] == "baseline"}
-    for run in runs:
-        ref = base.get((run["decoding"], run["concurrency"], run.get("seed"), run.get("repeat")))
-        need = Counter((q["episode"], q["turn"], q["prompt_hash"]) for q in ref["requests"]
-                       if q["kind"] == "sub") if ref else None
-        ends = {}
-        for e in run["episodes"]:
-            for t in e["turns"]:
-                if "stream_end" in t:
-                    ends[(e["episode"], t["index"])] = e["t_start"] + t["stream_end"]
-        for q in sorted(run["requests"], key=lambda q: q["t_submit"]):
-            end = ends.get((q["episode"], q["turn"]))
-            q["during_decoding"] = end is not None and q["t_submit"] < end - 1e-9
-            if q["status"] == "cancelled":
-                q["fate"] = "cancelled"
-            elif need is None or q["kind"] != "sub":
-                q["fate"] = "used"
-            else:
-                k = (q["episode"], q["turn"], q["prompt_hash"])
-                q["fate"] = "used" if need[k] > 0 else "wasted"
-                need[k] -= 1
-
-
-def _mean(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.fmean(xs) if xs else None
-
-
-def summarise(cfg: BenchConfig, runs: list[dict[str, Any]],
-              oracle: dict[tuple, float | None]) -> dict[str, Any]:
-    rows, shape_rows = [], []
-    groups = defaultdict(list)
-    for run in runs:
-        groups[(run["decoding"], run["concurrency"], run["mode"])].append(run)
-    for (dec, conc, mode), rs in sorted(groups.items(), key=lambda kv: (
-            _ORDER.index(kv[0][0]), kv[0][1], MODES.index(kv[0][2]))):
-        base = groups.get((dec, conc, "baseline"))
-        eps = [e for r in rs for e in r["episodes"]]
-        speedups = []
-        if base:
-            bmap = {(r["seed"], r["repeat"]): r["wall"] for r in base}
-            speedups = [bmap[(r["seed"], r["repeat"])] / r["wall"] for r in rs
-                        if (r["seed"], r["repeat"]) in bmap and r["wall"] > 0]
-        o_speed = None
-        if conc == 1 and base:
-            b_tot = sum(e["t_total"] for r in base for e in r["episodes"])
-            o_tot = [oracle.get((dec, r["seed"], r["repeat"], e["episode"]))
-                     for r in base for e in r["episodes"]]
-            if o_tot and all(o is not None for o in o_tot):
-                o_speed = b_tot / sum(o_tot)
-        speed = _mean(speedups)
-        van = groups.get(("vanilla", conc, "baseline"))
-        e2e = None
-        if van and dec != "real":  # both tiers: vs baseline with vanilla root decoding
-            vmap = {(r["seed"], r["repeat"]): r["wall"] for r in van}
-            e2e = _mean([vmap[(r["seed"], r["repeat"])] / r["wall"] for r in rs
-                         if (r["seed"], r["repeat"]) in vmap and r["wall"] > 0])
-        rows.append({
-            "decoding": dec, "concurrency": conc, "mode": mode,
-            "wall_s": _mean([r["wall"] for r in rs]), "speedup": speed,
-            "speedup_vs_vanilla_baseline": e2e,
-            "oracle_speedup": o_speed,
-            "pct_of_oracle": speed / o_speed * 100 if speed and o_speed else None,
-            "score_official": _mean([e["score_official"] for e in eps]),
-            "score_lenient": _mean([e["score_lenient"] for e in eps]),
-            "episodes": len(eps),
-            **{k: sum(e["stats"].get(k, 0) for e in eps) for k in
-               ("dispatched", "hits", "misses", "wasted", "evicted")},
-            "sub_calls": sum(e["sub_calls"] for e in eps),
-            "server_requests": sum(1 for r in rs for q in r["requests"] if q["kind"] == "sub"),
-        })
-    # per shape, concurrency 1
-    by_shape = defaultdict(lambda: defaultdict(list))
-    for run in runs:
-        if run["concurrency"] != min(cfg.concurrency):
-            continue
-        for e in run["episodes"]:
-            by_shape[(run["decoding"], e["shape"])][run["mode"]].append(e)
-    for (dec, shape), per_mode in sorted(by_shape.items(), key=lambda kv: (
-            _ORDER.index(kv[0][0]), _shape_order(kv[0][1]))):
-        row: dict[str, Any] = {"decoding": dec, "shape": shape}
-        b = sum(e["t_total"] for e in per_mode.get("baseline", []))
-        for mode in MODES:
-            if mode in per_mode:
-                row[f"{mode}_s"] = sum(e["t_total"] for e in per_mode[mode])
-                row[f"{mode}_score"] = _mean([e["score_official"] for e in per_mode[mode]])
-        if "spec" in per_mode:
-            row["hits"] = sum(e["stats"].get("hits", 0) for e in per_mode["spec"])
-            row["wasted"] = sum(e["stats"].get("wasted", 0) for e in per_mode["spec"])
-            row["spec_speedup"] = b / row["spec_s"] if b and row["spec_s"] else None
-        if min(cfg.concurrency) == 1 and "baseline" in per_mode:
-            os_ = [oracle.get((dec, e["seed"], e.get("repeat", 0), e["episode"]))
-                   for e in per_mode["baseline"]]
-            if os_ and all(o is not None for o in os_) and sum(os_) > 0:
-                row["oracle_speedup"] = b / sum(os_)
-        shape_rows.append(row)
-    return {"rows": rows, "shapes": shape_rows, "checks": _checks(runs, rows)}
-
-
-def _checks(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Score identity across modes, and the issue's targets at the lowest concurrency."""
-    by_key = defaultdict(dict)
-    for run in runs:
-        key = (run["decoding"], run["concurrency"], run["seed"], run["repeat"])
-        by_key[key][run["mode"]] = {e["episode"]: e["score_official"] for e in run["episodes"]}
-    identical = all(len({tuple(sorted(v.items())) for v in modes.values()}) == 1
-                    for modes in by_key.values())
-    targets = []
-    conc = min((r["concurrency"] for r in rows), default=1)
-    for r in rows:
-        if r["mode"] == "spec" and r["concurrency"] == conc:
-            targets.append({"decoding": r["decoding"], "concurrency": conc,
-                            "spec_speedup": r["speedup"], "oracle_speedup": r["oracle_speedup"],
-                            "pct_of_oracle": r["pct_of_oracle"],
-                            "speedup_ge_1_5": None if r["speedup"] is None else r["speedup"] >= 1.5,
-                            "ge_90pct_of_oracle": None if r["pct_of_oracle"] is None
-                            else r["pct_of_oracle"] >= 90.0})
-    return {"scores_identical_across_modes": identical, "targets": targets}
-
-
-def _shape_order(shape: str) -> int:
-    return SHAPES.index(shape) if shape in SHAPES else len(SHAPES)
-
-
-def _fmt(v, spec=".2f"):
-    return "-" if v is None else format(v, spec)
-
-
-def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
-    unit = "sim s" if cfg.simulated else "s"
-    label = ("SIMULATED models (benchmarks.simulated): times are simulated seconds"
-             if cfg.simulated else f"root={cfg.root_model or 'simulated'} "
-                                   f"sub={cfg.sub_model or 'simulated'}")
-    lines = [f"OOLONG-style benchmark [{label}]",
-             f"dataset={cfg.dataset} context_tokens={list(cfg.context_tokens)} "
-             f"seeds={list(cfg.seeds)} repeats={cfg.repeats} time_scale={cfg.time_scale}",
-             "score = official OOLONG-synth scorer (Pairs: set F1); lenient = lenient scorer",
-             "speedup = vs baseline, same decoding; vs van = vs baseline with vanilla root "
-             "decoding (both tiers); oracle = bound's speed-up (concurrency 1); "
-             "%orcl = speedup / oracle; calls = sub-calls the cells made; sent = requests "
-             "the server got (speculative ones included)",
-             ""]
-    head = (f"{'decoding':<12}{'conc':>5} {'mode':<9}{'wall ' + unit:>11}{'speedup':>9}"
-            f"{'vs van':>8}{'oracle':>8}{'%orcl':>7}{'score':>7}{'lenient':>8}{'calls':>7}{'sent':>6}{'hits':>6}"
-            f"{'miss':>6}{'waste':>6}{'evict':>6}")
-    lines += [head, "-" * len(head)]
-    for r in summary["rows"]:
-        lines.append(
-            f"{r['decoding']:<12}{r['concurrency']:>5} {r['mode']:<9}{_fmt(r['wall_s'], '.1f'):>11}"
-            f"{_fmt(r['speedup']):>9}{_fmt(r['speedup_vs_vanilla_baseline']):>8}"
-            f"{_fmt(r['oracle_speedup']):>8}{_fmt(r['pct_of_oracle'], '.0f'):>7}"
-            f"{_fmt(r['score_official'], '.3f'):>7}{_fmt(r['score_lenient'], '.3f'):>8}"
-            f"{r['sub_calls']:>7}{r['server_requests']:>6}{r['hits']:>6}{r['misses']:>6}{r['wasted']:>6}{r['evicted']:>6}")
-    if summary["shapes"]:
-        lines += ["", f"per shape (concurrency {min(cfg.concurrency)}; time in {unit}; "
-                      "oracle = speed-up bound if every call started when its arguments were known)"]
-        head = (f"{'decoding':<12}{'shape':<15}{'baseline':>9}{'lazy':>8}{'spec':>8}"
-                f"{'spec x':>8}{'oracle x':>9}{'hits':>6}{'waste':>6}{'score':>7}")
-        lines += [head, "-" * len(head)]
-        for r in summary["shapes"]:
-            lines.append(
-                f"{r['decoding']:<12}{r['shape']:<15}{_fmt(r.get('baseline_s'), '.1f'):>9}"
-                f"{_fmt(r.get('lazy_s'), '.1f'):>8}{_fmt(r.get('spec_s'), '.1f'):>8}"
-                f"{_fmt(r.get('spec_speedup')):>8}{_fmt(r.get('oracle_speedup')):>9}"
-                f"{r.get('hits', 0):>6}{r.get('wasted', 0):>6}"
-                f"{_fmt(r.get('spec_score', r.get('baseline_score')), '.3f'):>7}")
-    checks = summary.get("checks")
-    if checks:
-        lines += ["", "scores identical across modes (same seed): "
-                  + ("yes" if checks["scores_identical_across_modes"] else "NO")]
-        for t in checks["targets"]:
-            lines.append(
-                f"target ({t['decoding']}, concurrency {t['concurrency']}): spec speed-up "
-                f"{_fmt(t['spec_speedup'])} (>= 1.5: {_yn(t['speedup_ge_1_5'])}); "
-                f"{_fmt(t['pct_of_oracle'], '.0f')}% of the oracle's {_fmt(t['oracle_speedup'])}x "
-                f"(>= 90%: {_yn(t['ge_90pct_of_oracle'])})")
-    return "\n".join(lines)
-
-
-def _yn(v):
-    return "n/a" if v is None else ("yes" if v else "no")
-
-
 async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
     """Run every (seed, repeat, decoding, concurrency, mode); write JSON (+ PNGs)."""
     cfg.validate()
@@ -489,7 +297,7 @@ async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
             from spectool_agents.models import aclose_litellm
 
             await aclose_litellm()
-    _label_waste(runs)
+    label_waste(runs)
     oracle: dict[tuple, float | None] = {}
     for run in runs:
         if run["mode"] == "baseline" and run["concurrency"] == 1:
