@@ -46,11 +46,16 @@ def _tree(value: object, depth: int) -> object:
     raise _NotPlain
 
 
+# what json.dumps(..., ensure_ascii=False, separators=(",", ":"), allow_nan=False) uses,
+# built once
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_SCALARS = frozenset({str, bool, int, type(None)})  # _tree returns these unchanged
+
+
 def canonical(value: object) -> str | None:
     """Canonical JSON of one plain value, or None if it is not plain data."""
     try:
-        return json.dumps(_tree(value, 0), ensure_ascii=False, separators=(",", ":"),
-                          allow_nan=False)
+        return _encode(_tree(value, 0))
     except (_NotPlain, RecursionError, ValueError):
         return None
 
@@ -79,6 +84,12 @@ def call_key(args: tuple, kwargs: dict, signature: inspect.Signature | None = No
         return canonical({"kwargs": named})
     if any(type(k) is not str for k in kwargs):
         return None
+    if not kwargs and all(type(v) in _SCALARS for v in args):
+        # the usual call (scalar positional arguments): the tree _tree would build
+        try:
+            return _encode(["d", ["args", ["l", *args]], ["kwargs", ["d"]]])
+        except (RecursionError, ValueError):
+            return None
     return canonical({"args": list(args), "kwargs": kwargs})
 
 
@@ -95,6 +106,8 @@ def plain_snapshot(value: object, depth: int = 0) -> object:
     if t is list:
         return [plain_snapshot(v, depth + 1) for v in value]  # type: ignore[attr-defined]
     if t is tuple:
+        if all(type(v) in _SCALARS or type(v) is float for v in value):  # type: ignore[attr-defined]
+            return tuple(list(value))  # type: ignore[call-overload]  # a new tuple, as below
         return tuple(plain_snapshot(v, depth + 1) for v in value)  # type: ignore[attr-defined]
     if t is dict:
         out = {}

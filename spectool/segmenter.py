@@ -78,9 +78,10 @@ _FIRST_WORD = re.compile(r"[ \t]*([A-Za-z_][A-Za-z0-9_]*|@)")
 _COMPOUND = frozenset({"if", "for", "while", "try", "with", "def", "class", "async", "@"})
 _CONTINUATION = frozenset({"else", "elif", "except", "finally"})
 _DEFINITION = frozenset({"def", "class", "async", "@"})
-# the next character of interest on a line outside a string literal
-_CODE_SCAN = re.compile(r"""[#'"()\[\]{}\\]""")
 _QUOTE_AT = re.compile(r"""'''|\"\"\"|'|\"""")
+_BRACKET = re.compile(r"[()\[\]{}]")
+# outside a string literal: what ends a run of plain code (brackets are counted per run)
+_NOT_BRACKETS = re.compile(r"""[#'"\\]""")
 
 
 class LineLexer:
@@ -110,19 +111,24 @@ class LineLexer:
             if self.quote is not None:
                 pos = self._skip_string(line, pos)
                 continue
-            m = _CODE_SCAN.search(line, pos)
+            # brackets up to the next comment, backslash or quote, in one scan
+            m = _NOT_BRACKETS.search(line, pos)
+            stop = n if m is None else m.start()
+            if stop > pos:
+                depth = self.depth
+                for ch in _BRACKET.findall(line, pos, stop):
+                    if ch in "([{":
+                        depth += 1
+                    elif depth:
+                        depth -= 1
+                self.depth = depth
             if m is None:
                 break
             ch = m.group()
             pos = m.end()
             if ch == "#":
                 break
-            if ch in "([{":
-                self.depth += 1
-            elif ch in ")]}":
-                if self.depth:
-                    self.depth -= 1
-            elif ch == "\\":
+            if ch == "\\":
                 if pos >= n:
                     self.continued = True
                 pos += 1

@@ -31,18 +31,46 @@ def _base_name(node: ast.AST) -> str | None:
     return node.id if type(node) is ast.Name else None  # type: ignore[attr-defined]
 
 
-def _walk_same_scope(nodes: Iterable[ast.AST]):
+_child_fields: dict[type, tuple[str, ...]] = {}
+
+
+def _fields_of(t: type) -> tuple[str, ...]:
+    """The fields of a node type that can hold child nodes (``ctx`` never matters here)."""
+    fields = _child_fields.get(t)
+    if fields is None:
+        fields = tuple(f for f in t._fields if f != "ctx")  # type: ignore[attr-defined]
+        _child_fields[t] = fields
+    return fields
+
+
+def _walk_same_scope(nodes: Iterable[ast.AST]) -> list[ast.AST]:
+    """The nodes of a fragment in its own scope (the same nodes ``ast.iter_child_nodes``
+    would reach, minus ``ctx`` markers; a nested scope contributes itself and its
+    decorators)."""
+    out: list[ast.AST] = []
     stack = list(nodes)
+    AST = ast.AST
     while stack:
         node = stack.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if type(child) in _SCOPE_TYPES:
-                yield child  # its name binds here; its body is another scope
-                if type(child) is not ast.Lambda:
-                    stack.extend(child.decorator_list)  # type: ignore[attr-defined]
+        out.append(node)
+        for name in _fields_of(type(node)):
+            value = getattr(node, name, None)
+            if type(value) is list:
+                children = value
+            elif isinstance(value, AST):
+                children = (value,)
+            else:
                 continue
-            stack.append(child)
+            for child in children:
+                if not isinstance(child, AST):
+                    continue
+                if type(child) in _SCOPE_TYPES:
+                    out.append(child)  # its name binds here; its body is another scope
+                    if type(child) is not ast.Lambda:
+                        stack.extend(child.decorator_list)  # type: ignore[attr-defined]
+                    continue
+                stack.append(child)
+    return out
 
 
 _SCOPE_TYPES = frozenset(_SCOPES)
@@ -163,16 +191,33 @@ def escapes(nodes: list[ast.AST]) -> bool:
 
 
 _yield_cache: dict[int, tuple[ast.AST, bool]] = {}
+_YIELDS = frozenset({ast.Yield, ast.YieldFrom, ast.Await})
+# node types (besides Name) that bind a name in a function's own scope
+_BINDING = frozenset({ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom, ast.ExceptHandler,
+                      ast.NamedExpr, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef})
 _locals_cache: dict[int, tuple[ast.AST, tuple]] = {}
+
+
+_body_cache: dict[int, tuple[ast.AST, list[ast.AST]]] = {}
+
+
+def _body_nodes(node: ast.AST) -> list[ast.AST]:
+    """The same-scope nodes of a function's body (one walk for has_yield and
+    local_names of a ``def``)."""
+    hit = _body_cache.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    body = getattr(node, "body", [])
+    result = _walk_same_scope(body if isinstance(body, list) else [body])
+    _remember(_body_cache, node, result)
+    return result
 
 
 def has_yield(node: ast.AST) -> bool:
     hit = _yield_cache.get(id(node))
     if hit is not None and hit[0] is node:
         return hit[1]
-    body = getattr(node, "body", [])
-    result = any(isinstance(inner, (ast.Yield, ast.YieldFrom, ast.Await))
-                 for inner in _walk_same_scope(body if isinstance(body, list) else [body]))
+    result = any(type(inner) in _YIELDS for inner in _body_nodes(node))
     _remember(_yield_cache, node, result)
     return result
 
@@ -194,25 +239,29 @@ def _local_names(fn: ast.FunctionDef | ast.Lambda) -> tuple[frozenset[str], froz
         params.append(args.vararg.arg)
     if args.kwarg:
         params.append(args.kwarg.arg)
-    body = fn.body if isinstance(fn.body, list) else [fn.body]
     declared_global: set[str] = set()
     declared_nonlocal: set[str] = set()
     bound: set[str] = set(params)
-    for node in _walk_same_scope(body):
-        if isinstance(node, ast.Global):
-            declared_global.update(node.names)
-        elif isinstance(node, ast.Nonlocal):
-            declared_nonlocal.update(node.names)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            bound.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
+    for node in _body_nodes(fn):
+        t = type(node)
+        if t is ast.Name:
+            if type(node.ctx) in _STORE:  # type: ignore[attr-defined]
+                bound.add(node.id)  # type: ignore[attr-defined]
+        elif t not in _BINDING:
+            continue
+        elif t is ast.Global:
+            declared_global.update(node.names)  # type: ignore[attr-defined]
+        elif t is ast.Nonlocal:
+            declared_nonlocal.update(node.names)  # type: ignore[attr-defined]
+        elif t is ast.Import or t is ast.ImportFrom:
+            for alias in node.names:  # type: ignore[attr-defined]
                 bound.add((alias.asname or alias.name).split(".")[0])
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            bound.add(node.name)
-        elif isinstance(node, ast.NamedExpr):
-            bound.add(node.target.id)
+        elif t is ast.ExceptHandler:
+            if node.name:  # type: ignore[attr-defined]
+                bound.add(node.name)  # type: ignore[attr-defined]
+        elif t is ast.NamedExpr:
+            bound.add(node.target.id)  # type: ignore[attr-defined]
+        elif t is not ast.Lambda:  # def / async def / class
+            bound.add(node.name)  # type: ignore[attr-defined]
     bound -= declared_global | declared_nonlocal
     return frozenset(bound), frozenset(declared_global), frozenset(declared_nonlocal)

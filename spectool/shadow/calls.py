@@ -41,6 +41,7 @@ class CallsMixin:
     def _eval_Call(self, node: ast.Call, scope: Scope):
         func_node = node.func
         receiver = None
+        args = None
         try:
             if type(func_node) is ast.Attribute:
                 receiver = yield from self._known(func_node.value, scope)
@@ -66,7 +67,17 @@ class CallsMixin:
             finally:
                 self._nowait -= 1
             return None
-        args, kwargs = yield from self._eval_args(node, scope)
+        for arg in node.args:
+            t = type(arg)
+            if t is not ast.Name and t is not ast.Constant:
+                break
+        else:
+            if not node.keywords:  # names and constants only: no generator needed
+                args = tuple([arg.value if type(arg) is ast.Constant else self._lookup(arg.id, scope)
+                              for arg in node.args])
+                kwargs = {}
+        if args is None:
+            args, kwargs = yield from self._eval_args(node, scope)
         mutating = (receiver is not None and type(receiver) in MUTABLE_TYPES
                     and func_node.attr in MUTATING_METHODS)  # type: ignore[attr-defined]
         if mutating and self._shared(receiver):
@@ -76,6 +87,11 @@ class CallsMixin:
         # count twice (other mutators fail before mutating, or are idempotent)
         settle = mutating and type(receiver) is collections.Counter
         try:
+            t = type(fn)
+            if t is ShadowFunction:  # what self._call does for these, one generator less
+                return (yield from self._call_function(fn, args, kwargs))  # type: ignore[arg-type]
+            if t is ToolRef:
+                return (yield from self._call_tool(fn.info, args, kwargs))  # type: ignore[union-attr]
             return (yield from self._call(fn, args, kwargs, settle_first=settle))
         except (_UnknownValue, _Uncertain):
             if mutating or isinstance(fn, ShadowFunction) or type(fn) is Unknown:

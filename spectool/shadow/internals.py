@@ -150,8 +150,23 @@ def _target_names(target: ast.AST) -> frozenset[str]:
     return frozenset(names)
 
 
+_written_cache: dict[int, tuple[ast.Call, frozenset[str]]] = {}
+
+
 def _call_written(node: ast.Call) -> frozenset[str]:
-    """Names a call could mutate: its receiver and the names passed to it."""
+    """Names a call could mutate: its receiver and the names passed to it (cached per
+    node; the node is kept so its id stays unique)."""
+    hit = _written_cache.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    result = _call_written_uncached(node)
+    if len(_written_cache) >= 4096:
+        _written_cache.clear()
+    _written_cache[id(node)] = (node, result)
+    return result
+
+
+def _call_written_uncached(node: ast.Call) -> frozenset[str]:
     names = set()
     parts = [node.func.value] if isinstance(node.func, ast.Attribute) else []
     parts += [a.value if isinstance(a, ast.Starred) else a for a in node.args]

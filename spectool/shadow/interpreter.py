@@ -94,6 +94,7 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         self._version = 0  # changes whenever the state a peek could read changes
         self._peek_cache: tuple | None = None
         self._tail_memo: tuple | None = None
+        self._tail_relevant: tuple | None = None  # (names, version, relevant) of the last peek
         self._handling: list[BaseException] = []
         self._last_error: BaseException | None = None
         self._interrupted = False

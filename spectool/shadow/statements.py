@@ -37,16 +37,26 @@ class StatementsMixin:
     """Methods of ``ShadowInterpreter``; the state they use is defined there."""
 
     def _exec(self, node: ast.stmt, scope: Scope):
-        self._step()
+        self._steps += 1  # self._step(), inlined on this hot path
+        if self._steps >= self._next_check:
+            self._step(0)
         handler = self._stmt_handlers.get(type(node))
         if handler is None:
             raise ShadowDeclined(f"{type(node).__name__} is not evaluated in the shadow")
         return (yield from handler(node, scope))
 
     def _exec_block(self, body: list[ast.stmt], scope: Scope):
+        handlers = self._stmt_handlers
         for stmt in body:
             try:
-                yield from self._exec(stmt, scope)
+                # self._exec(stmt, scope), inlined (one generator less per statement)
+                self._steps += 1
+                if self._steps >= self._next_check:
+                    self._step(0)
+                handler = handlers.get(type(stmt))
+                if handler is None:
+                    raise ShadowDeclined(f"{type(stmt).__name__} is not evaluated in the shadow")
+                yield from handler(stmt, scope)
             except (_UnknownValue, ShadowDeclined) as exc:
                 if isinstance(exc, LimitExceeded):
                     raise
@@ -88,7 +98,10 @@ class StatementsMixin:
     def _exec_Assign(self, node: ast.Assign, scope: Scope):
         value = yield from self._eval_value(node.value, scope)
         for target in node.targets:
-            yield from self._assign(target, value, scope)
+            if type(target) is ast.Name:  # what _assign does for a name, without a generator
+                self._store(target.id, value, scope)
+            else:
+                yield from self._assign(target, value, scope)
 
     def _exec_AnnAssign(self, node: ast.AnnAssign, scope: Scope):
         if node.value is not None:
@@ -223,7 +236,11 @@ class StatementsMixin:
             except Exception as exc:
                 raise _UserError(exc) from None
             try:
-                yield from self._assign(node.target, item, scope)
+                target = node.target
+                if type(target) is ast.Name:  # what _assign does for a name, without a generator
+                    self._store(target.id, item, scope)
+                else:
+                    yield from self._assign(target, item, scope)
                 yield from self._exec_block(node.body, scope)
             except _Break:
                 broke = True

@@ -52,6 +52,10 @@ _RISKY_WORDS = re.compile(
     r"except|finally|try|assert|del|match|case)\b")
 _IDENT_CHAR = re.compile(r"[A-Za-z0-9_.]")
 _CALLEE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+# the same matches as _CALLEE.findall (from the start, or from a position not preceded by
+# an identifier character), found in linear time: a match can only begin where a run of
+# identifier characters begins (after its leading digits), and never needs backtracking
+_CALLEE_SCAN = re.compile(r"(?<![A-Za-z0-9_])[0-9]*+([A-Za-z_][A-Za-z0-9_]*+)\s*+\(")
 _DEFINITION = re.compile(r"\s*(def|class|async|@)\b|\s*@")
 
 
@@ -63,7 +67,7 @@ def split_tail(tail: str) -> tuple[str, str]:
     for i, line in enumerate(lines[:-1]):
         if lexer.feed_line(line):
             end = i + 1
-    complete = "".join(line + "\n" for line in lines[:end])
+    complete = "\n".join(lines[:end]) + "\n" if end else ""
     return complete, "\n".join(lines[end:])
 
 
@@ -181,21 +185,59 @@ def _parse(source: str) -> ast.Module | None:
         return None
 
 
-def peek_tail(interp: "ShadowInterpreter", tail: str) -> list[TailBet]:
-    """Bets for the open tail of a cell (see the module docstring)."""
-    if interp.stopped or not tail.strip() or _DEFINITION.match(tail):
-        return []  # a definition's body does not run while it is being defined
-    # the tail usually grows by a few characters: reuse the split of the last one
+def _callee_names_after(head: str, more: str) -> set[str]:
+    """Names ``_CALLEE`` finds in ``head + more`` that a scan of ``head`` alone does
+    not (``head`` ends a logical line). Only a match made of the identifier and
+    whitespace run at the end of ``head`` can cross into ``more``, so scanning from
+    that run's identifier start finds exactly the new matches."""
+    stripped = head.rstrip()
+    start = len(stripped)
+    while start and (stripped[start - 1].isalnum() or stripped[start - 1] == "_"):
+        start -= 1
+    if start == len(head):
+        return set(_CALLEE_SCAN.findall(more))
+    return set(_CALLEE_SCAN.findall(head[start:] + more))
+
+
+def _split_memo(interp: "ShadowInterpreter", tail: str) -> tuple[str, str, frozenset[str]]:
+    """``split_tail(tail)`` and the callee names of its complete part, reusing the last
+    tail's split when the tail only grew (the usual case): the lexer state after the
+    complete part is the start state, so only the unfinished part is lexed again."""
     memo = interp._tail_memo
-    if (memo is not None and memo[0] == interp._version and tail.startswith(memo[1])
-            and "\n" not in tail[len(memo[1]):]):
-        _, _, complete, partial, names = memo
-        partial = partial + tail[len(memo[1]):]
+    if memo is not None and tail.startswith(memo[0]):
+        _, complete, partial, names = memo
+        added = tail[len(memo[0]):]
+        partial += added
+        if "\n" in added:
+            more, partial = split_tail(partial)
+            if more:
+                new = _callee_names_after(complete, more)
+                if not new <= names:
+                    names = names | new
+                complete += more
+    elif "\n" not in tail:
+        complete, partial, names = "", tail, frozenset()  # what split_tail gives
     else:
         complete, partial = split_tail(tail)
-        names = frozenset(_CALLEE.findall(complete))
-    interp._tail_memo = (interp._version, tail, complete, partial, names)
-    if not _relevant(interp, names) and not _relevant(interp, _CALLEE.findall(partial)):
+        names = frozenset(_CALLEE_SCAN.findall(complete))
+    interp._tail_memo = (tail, complete, partial, names)
+    return complete, partial, names
+
+
+def peek_tail(interp: "ShadowInterpreter", tail: str) -> list[TailBet]:
+    """Bets for the open tail of a cell (see the module docstring)."""
+    if interp.stopped or not tail or tail.isspace() or _DEFINITION.match(tail):
+        return []  # a definition's body does not run while it is being defined
+    complete, partial, names = _split_memo(interp, tail)
+    # names of the complete part rarely change: reuse the last answer for the same
+    # names while the state (its version) is the same
+    known = interp._tail_relevant
+    if known is not None and known[0] is names and known[1] == interp._version:
+        relevant = known[2]
+    else:
+        relevant = _relevant(interp, names)
+        interp._tail_relevant = (names, interp._version, relevant)
+    if not relevant and not _relevant(interp, _CALLEE_SCAN.findall(partial)):
         return []
     source = _synthesize(tail, lambda text: _may_call_a_tool(interp, text), (complete, partial))
     if source is None:
@@ -212,7 +254,7 @@ def peek_tail(interp: "ShadowInterpreter", tail: str) -> list[TailBet]:
 
 def _may_call_a_tool(interp: "ShadowInterpreter", text: str) -> bool:
     """Does the text call a tool, or a function defined in the cell, by name?"""
-    return _relevant(interp, _CALLEE.findall(text))
+    return _relevant(interp, _CALLEE_SCAN.findall(text))
 
 
 def _relevant(interp: "ShadowInterpreter", names) -> bool:
