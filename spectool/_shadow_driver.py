@@ -15,6 +15,9 @@ latest open tail, the end of input) and runs them one at a time in one task:
   a worker thread so the event loop keeps serving the stream and the real run.
   ``launch`` calls made from that thread hop back to the loop
   (``anyio.from_thread.run_sync``), where the store lives.
+* lookahead: before the shadow blocks inside a loop it may bet on the calls of later
+  iterations (``_LoopHost.lookahead`` -> ``Store.lookahead_bets``); statement mode
+  adopts them like tail bets; those not adopted are withdrawn when the statement ends.
 * the shadow is best effort: if the interpreter itself fails, the driver stops
   shadowing for the rest of the turn (a missed speed-up, never a wrong result).
 """
@@ -57,6 +60,29 @@ class _LoopHost:
                 functools.partial(self._store.launch, tool_name, args, kwargs, origin=origin))
         except Exception:  # the turn is over (loop gone, store closed): decline
             return None
+
+    def lookahead(self, bets: list) -> None:
+        """Bets on later loop iterations (``spectool.shadow.lookahead``)."""
+        wanted = _wanted(bets)
+        try:
+            anyio.from_thread.run_sync(self._store.lookahead_bets, wanted)
+        except Exception:  # the turn is over: nothing to bet on
+            pass
+
+    def lookahead_outcome(self, tool_name: str, args: tuple, kwargs: dict, occurrence: int):
+        try:
+            return anyio.from_thread.run_sync(functools.partial(
+                self._store.lookahead_outcome, tool_name, args, kwargs, occurrence))
+        except Exception:
+            return None
+
+
+def _wanted(bets: Any) -> list[tuple[str, tuple, dict]]:
+    out = []
+    for bet in bets:
+        name = getattr(bet, "tool_name", None) or getattr(bet, "tool", None)
+        out.append((name, tuple(getattr(bet, "args", ())), dict(getattr(bet, "kwargs", {}) or {})))
+    return out
 
 
 def _step(gen: Any, value: Any) -> Any:
@@ -148,20 +174,36 @@ class ShadowDriver:
         request = await _in_thread(_step, gen, None)
         while request is not _END:
             if isinstance(request, WaitFor):
+                await self._blocked(interp, request.handle)
                 got = await self.store.outcome(request.handle)
                 request = await _in_thread(_step, gen, Outcome(value=got.value, error=got.error))
             else:
                 request = await _in_thread(_step, gen, None)
+        self.store.withdraw_lookahead_bets()
         self.statements_run += 1
         self.trace.add("shadow_statement", n=self.statements_run)
+
+    async def _blocked(self, interp: Any, entry: Any) -> None:
+        """While the statement waits inside a loop, look ahead again each time a
+        speculation finishes (a later iteration's call may now have known arguments)."""
+        from .shadow import lookahead
+        done = getattr(entry, "done", None)
+        if done is None:
+            return
+        while not done.is_set() and lookahead.active(interp):
+            signal = self.store.finished_signal()
+            async with anyio.create_task_group() as tg:
+                async def watch(event: Any) -> None:
+                    await event.wait()
+                    tg.cancel_scope.cancel()
+                tg.start_soon(watch, done)
+                tg.start_soon(watch, signal)
+            if done.is_set():
+                return
+            await _in_thread(lookahead.refresh, interp)
 
     async def _tail(self, interp: Any, tail: str) -> None:
         if not tail.strip():
             self.store.withdraw_bets()
             return
-        wanted = []
-        for bet in await _in_thread(interp.peek_tail, tail):
-            name = getattr(bet, "tool_name", None) or getattr(bet, "tool", None)
-            wanted.append((name, tuple(getattr(bet, "args", ())),
-                           dict(getattr(bet, "kwargs", {}) or {})))
-        self.store.sync_bets(wanted)
+        self.store.sync_bets(_wanted(await _in_thread(interp.peek_tail, tail)))

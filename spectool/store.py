@@ -25,6 +25,10 @@ Semantics (pinned in docs/INTERFACES.md):
 * Tail bets are *floating* entries (launched from the unfinished tail, not yet in a
   FIFO); a statement launch of the same key adopts the oldest one; the rest are
   withdrawn (cancelled) when the tail no longer contains them.
+* Lookahead bets (later loop iterations, while the shadow waits on an earlier one)
+  are floating entries too, launched only for occurrences neither the real run nor
+  another floating bet covers; those not adopted are withdrawn when their statement
+  has been shadow-run.
 """
 
 from __future__ import annotations
@@ -129,6 +133,7 @@ class Store:
         self._real_pos: dict[tuple[str, str], int] = defaultdict(int)
         self._bets: list[Entry] = []
         self._nokey_calls = 0
+        self._finished = anyio.Event()
         self.closed = False
 
     # ------------------------------------------------------------------ shadow side
@@ -186,6 +191,63 @@ class Store:
         for k, calls in need.items():
             for name, args, kwargs in calls[len(have.get(k, ())):]:
                 self.launch(name, args, kwargs, origin="tail")
+
+    def lookahead_bets(self, wanted: list[tuple[str, tuple, dict]]) -> None:
+        """Bets on calls of later loop iterations (the shadow is blocked on an earlier
+        one). Per key, only the occurrences not yet covered are launched: neither those
+        the real run has already reached (it is ahead of the shadow) nor those a
+        floating bet already stands for; each is a floating entry with origin
+        "lookahead" (pure tools only), adopted like a tail bet."""
+        if self.passthrough:
+            return
+        need: dict[tuple[str, str], list[tuple[Any, tuple, dict]]] = defaultdict(list)
+        for name, args, kwargs in wanted:
+            prepared = self._prepare(name, args, kwargs, "tail", quiet=True)
+            if prepared is None or prepared[0].speculate != "pure":
+                continue
+            tool, args, kwargs, key = prepared
+            need[(tool.name, key)].append((tool, args, kwargs))
+        for k, calls in need.items():
+            fifo = self._fifo.get(k, ())
+            if calls[0][0].deterministic and fifo:
+                continue  # every identical call shares the one entry
+            covered = max(0, len(fifo) - self._spec_pos[k])
+            covered += sum(1 for b in self._bets if b.tool.name == k[0] and b.key == k[1])
+            for tool, args, kwargs in calls[covered:]:
+                if self._bet(tool, args, kwargs, k[1], origin="lookahead") is None:
+                    return
+
+    def lookahead_outcome(self, tool_name: str, args: tuple, kwargs: dict,
+                          occurrence: int) -> Outcome | None:
+        """What the shadow's ``occurrence`` of a call produced, if the entry it will
+        meet (in the FIFO, else the floating bets in order) has finished; else None."""
+        prepared = self._prepare(tool_name, args, kwargs, "tail", quiet=True)
+        if prepared is None:
+            return None
+        tool, _, _, key = prepared
+        k = (tool.name, key)
+        fifo = self._fifo.get(k, [])
+        if tool.deterministic and fifo:
+            entry: Entry | None = fifo[0]
+        elif occurrence < len(fifo):
+            entry = fifo[occurrence]
+        else:
+            floating = [b for b in self._bets if b.tool is tool and b.key == key]
+            i = occurrence - len(fifo)
+            entry = floating[i] if i < len(floating) else None
+        if entry is None or not entry.finished or entry.state is EntryState.EVICTED:
+            return None
+        return Outcome(entry.value, entry.error)
+
+    def finished_signal(self) -> anyio.Event:
+        """Set when the next speculation finishes (the driver's lookahead refresh)."""
+        return self._finished
+
+    def withdraw_lookahead_bets(self) -> None:
+        """The statement whose iterations they were for has been shadow-run."""
+        for bet in list(self._bets):
+            if bet.origin == "lookahead":
+                self.withdraw(bet)
 
     def withdraw_bets(self) -> None:
         for bet in list(self._bets):
@@ -424,10 +486,11 @@ class Store:
         entry.idempotency_key = f"{self.turn_id}:{k[0]}:{occ}:{digest}"
         self._fifo[k].append(entry)
 
-    def _bet(self, tool: Any, args: tuple, kwargs: dict, key: str) -> Entry | None:
+    def _bet(self, tool: Any, args: tuple, kwargs: dict, key: str,
+             origin: str = "tail") -> Entry | None:
         if self.stats.dispatched >= self.max_dispatches:
-            return self._decline(tool.name, "dispatch budget", "tail")
-        entry = Entry(tool, args, kwargs, key, "tail", self.trace.now())
+            return self._decline(tool.name, "dispatch budget", origin)
+        entry = Entry(tool, args, kwargs, key, origin, self.trace.now())
         self._bets.append(entry)
         self._dispatch(entry)
         return entry
@@ -435,8 +498,9 @@ class Store:
     def _dispatch(self, entry: Entry) -> None:
         self.stats.dispatched += 1
         entry.ticket = self.budget.enqueue(entry.arg_bytes)
-        self.trace.add("bet" if entry.origin == "tail" else "launch", tool=entry.tool.name,
-                       occurrence=entry.occurrence, args=list(entry.args))
+        self.trace.add("bet" if entry.origin in ("tail", "lookahead") else "launch",
+                       tool=entry.tool.name, occurrence=entry.occurrence,
+                       args=list(entry.args), origin=entry.origin)
         self._tg.start_soon(self._run_speculation, entry,
                             name=f"spectool speculation {entry.tool.name}")
 
@@ -477,6 +541,8 @@ class Store:
                     if entry.state is EntryState.RUNNING:
                         entry.state = EntryState.DONE
                     entry.done.set()
+                    self._finished.set()
+                    self._finished = anyio.Event()
                 finally:
                     self.budget.release(entry.ticket)
         finally:

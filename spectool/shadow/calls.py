@@ -303,6 +303,10 @@ class CallsMixin:
             occurrence = self._launch_counts.get((name, key), 0) + self._peek_counts.get((name, key), 0)
             self._peek_counts[(name, key)] = self._peek_counts.get((name, key), 0) + 1
             self._bets.append(TailBet(name, args, kwargs, occurrence, key))
+            if self._peek_known is not None:  # lookahead: a bet that already finished
+                known = self._peek_known(name, args, kwargs, occurrence)
+                if known is not None:
+                    return known
             raise _UnknownValue
         handle = self._host.launch(name, args, kwargs, origin="statement")  # type: ignore[attr-defined]
         if handle is None:

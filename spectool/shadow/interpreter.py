@@ -96,6 +96,9 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         self._tail_memo: tuple | None = None
         self._tail_relevant: tuple | None = None  # (names, version, relevant) of the last peek
         self._handling: list[BaseException] = []
+        self._loop_frames: list = []  # module-level for loops running (lookahead.LoopFrame)
+        self._peek_known = None  # lookahead peek: (tool, args, kwargs, occurrence) -> value | None
+        self._lookahead_seconds = 0.0
         self._last_error: BaseException | None = None
         self._interrupted = False
         self._cell_seconds = 0.0
@@ -322,6 +325,8 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
                 return Unknown("pending (peek)")
             if self._nowait:
                 raise _WouldWait
+            if self._loop_frames:  # bet on later iterations before blocking on this one
+                _lookahead_before_wait(self)
             self._seconds += _clock() - self._resumed
             outcome = yield WaitFor(p.handle)
             self._resumed = _clock()
@@ -463,3 +468,4 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
 
 
 from .tail import peek_tail as _peek_tail  # noqa: E402  (tail.py builds on this module)
+from .lookahead import before_wait as _lookahead_before_wait  # noqa: E402

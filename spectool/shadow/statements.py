@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import operator
 
-from . import analysis
+from . import analysis, lookahead
 from .builtins import MODULES, SafeFunc
 from .copying import MUTABLE_TYPES
 from .limits import LimitExceeded, ShadowDeclined
@@ -207,6 +207,16 @@ class StatementsMixin:
         yield from self._exec_block(node.body if test else node.orelse, scope)
 
     def _exec_For(self, node: ast.For, scope: Scope):
+        frame = lookahead.enter_loop(self, node, scope)
+        if frame is None:
+            return (yield from self._run_for(node, scope, None))
+        self._loop_frames.append(frame)  # lookahead while an iteration is blocked
+        try:
+            return (yield from self._run_for(node, scope, frame))
+        finally:
+            self._loop_frames.remove(frame)
+
+    def _run_for(self, node: ast.For, scope: Scope, frame):
         try:
             iterable = yield from self._known(node.iter, scope)
             iterator = yield from self._iter(iterable)
@@ -216,6 +226,8 @@ class StatementsMixin:
         if self._peek and iterator is iterable:
             self._skip_blocks([node], scope)  # peeking must not advance a shared iterator
             return
+        if frame is not None:
+            frame.iterable = iterable
         broke = False
         while True:
             self._step()
@@ -235,6 +247,8 @@ class StatementsMixin:
                 raise LimitExceeded("iteration") from None
             except Exception as exc:
                 raise _UserError(exc) from None
+            if frame is not None:
+                frame.consumed += 1
             try:
                 target = node.target
                 if type(target) is ast.Name:  # what _assign does for a name, without a generator

@@ -1,0 +1,218 @@
+"""Lookahead while blocked: bets on later loop iterations while one waits.
+
+Statement mode runs a loop iteration by iteration; when iteration i reads the content
+of a pending call it waits (``WaitFor``), and the independent calls of iterations
+i+1.. would only be launched once it gets there: the calls run one after another.
+
+Before such a wait, the interpreter peeks over the *remaining* iterations of every
+enclosing module-level ``for`` loop (innermost first) in the tail module's peek mode:
+over a copy-on-write view of the globals, waiting for nothing (a pending value reads as
+unknown), launching nothing and mutating no shared state. Each tool call with known
+arguments becomes a ``TailBet``. The bets go to the host's optional
+``lookahead(bets)``; the runtime launches them like tail bets (pure tools only) and
+statement mode adopts them when it reaches the same calls; those never adopted are
+withdrawn at the end of the statement. A host without ``lookahead`` gets no lookahead.
+
+A call of a later iteration whose bet has already *finished* reads as its result in
+the peek when the host offers ``lookahead_outcome(tool, args, kwargs, occurrence)``
+(a copy of the plain value, as a statement-mode wait would get), so a chain inside
+one iteration (``r = f(x)``; ``g(r)``) can be bet on link by link: the driver calls
+:func:`refresh` whenever a speculation finishes while the shadow is blocked.
+
+Only loops over a sequence the shadow holds (list, tuple, range, str, dict keys) are
+looked ahead: their remaining items are read by index without touching the loop's
+iterator. Each loop iteration is looked ahead once before its first wait (and again on
+refresh); iterations per lookahead are bounded by ``Limits.max_tail_iterations``, each
+lookahead by the tail's step and time budget, and all lookaheads of one interpreter by
+``LOOKAHEAD_MAX_SECONDS`` of CPU time (counted neither against the statement nor the
+cell: lookahead never makes the shadow give up earlier).
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import time
+from typing import TYPE_CHECKING
+
+from .internals import (
+    _Break, _Continue, _PeekDone, _Return, _Uncertain, _UnknownValue, _UserError, _WouldWait,
+)
+from .limits import LimitExceeded, ShadowDeclined
+from .copying import PlainCopier
+from .scope import Scope
+from .tail import PEEK_MAX_SECONDS, PEEK_MAX_STEPS
+from .values import TailBet, Touched, Unknown
+
+if TYPE_CHECKING:
+    from .interpreter import ShadowInterpreter
+
+__all__ = ["LoopFrame", "enter_loop", "before_wait", "refresh", "active"]
+
+LOOKAHEAD_MAX_SECONDS = 2.0
+
+_SEQUENCES = (list, tuple, range, str)
+_STOP = (_UserError, _Uncertain, _PeekDone, _Return, _UnknownValue, _WouldWait,
+         ShadowDeclined, LimitExceeded, Touched, RecursionError, MemoryError)
+
+
+class LoopFrame:
+    """A module-level ``for`` loop statement mode is running."""
+
+    __slots__ = ("node", "iterable", "consumed", "looked")
+
+    def __init__(self, node: ast.For) -> None:
+        self.node = node
+        self.iterable: object = None
+        self.consumed = 0     # items taken from the loop's iterator so far
+        self.looked = -1      # ``consumed`` at the last lookahead from this loop
+
+
+def enter_loop(interp: "ShadowInterpreter", node: ast.For, scope: Scope) -> LoopFrame | None:
+    """A frame for a loop statement mode starts, or None (peek mode, not at module
+    level, or a host without ``lookahead``)."""
+    if interp._peek or scope is not interp._module or not callable(
+            getattr(interp._host, "lookahead", None)):
+        return None
+    return LoopFrame(node)
+
+
+def _frames(interp: "ShadowInterpreter") -> list[LoopFrame]:
+    if interp._lookahead_seconds > LOOKAHEAD_MAX_SECONDS or interp._peek:
+        return []
+    return [f for f in interp._loop_frames
+            if type(f.iterable) in _SEQUENCES or type(f.iterable) is dict]
+
+
+def active(interp: "ShadowInterpreter") -> bool:
+    """Would :func:`refresh` look ahead now (the shadow is blocked inside a loop)?"""
+    return bool(_frames(interp))
+
+
+def before_wait(interp: "ShadowInterpreter") -> None:
+    """Called by statement mode just before it yields ``WaitFor``."""
+    frames = _frames(interp)
+    if not frames or frames[-1].looked == frames[-1].consumed:
+        return
+    for frame in frames:
+        frame.looked = frame.consumed
+    _look(interp, frames)
+
+
+def refresh(interp: "ShadowInterpreter") -> None:
+    """Look ahead again while blocked (a speculation has finished since the last
+    time). Only while the statement is suspended at its ``WaitFor``."""
+    frames = _frames(interp)
+    if frames:
+        _look(interp, frames)
+
+
+def _look(interp: "ShadowInterpreter", frames: list[LoopFrame]) -> None:
+    t0 = time.thread_time()
+    try:
+        bets = _peek(interp, frames)
+    finally:
+        spent = time.thread_time() - t0
+        interp._resumed += spent  # not the statement's time
+        interp._lookahead_seconds += spent
+    if bets:
+        try:
+            interp._host.lookahead(bets)
+        except Exception:  # a host that cannot take them: no lookahead
+            pass
+
+
+def _known_result(interp: "ShadowInterpreter"):
+    """The peek's view of finished bets: a copy of the plain value, or None."""
+    ask = getattr(interp._host, "lookahead_outcome", None)
+    if not callable(ask):
+        return None
+    copier = PlainCopier(interp._limits.max_namespace_items)
+
+    def known(name: str, args: tuple, kwargs: dict, occurrence: int):
+        try:
+            outcome = ask(name, args, kwargs, occurrence)
+            if outcome is None or getattr(outcome, "error", None) is not None:
+                return None
+            value = copier.copy(outcome.value)
+        except Exception:  # LimitExceeded included: not known
+            return None
+        return None if value is None or isinstance(value, Unknown) else value
+
+    return known
+
+
+def _remaining(iterable: object, consumed: int, limit: int) -> list:
+    if type(iterable) is dict:
+        return list(itertools.islice(iter(iterable), consumed, consumed + limit))
+    return list(iterable[consumed:consumed + limit])  # type: ignore[index]
+
+
+def _peek(interp: "ShadowInterpreter", frames: list[LoopFrame]) -> list[TailBet]:
+    saved = (interp._steps, interp._next_check, interp._alloc, interp._seconds, interp._resumed,
+             interp._max_steps, interp._max_seconds, interp._depth, interp._nowait,
+             interp._module, interp._handling, interp._peek_iterations)
+    bets: list[TailBet] = []
+    interp._peek = True
+    interp._bets = bets
+    interp._peek_counts = {}
+    interp._fresh = set()
+    interp._fresh_keep = []
+    interp._peek_iterations = 0
+    interp._module = Scope("module", dict(interp._globals))  # copy-on-write globals
+    interp._handling = list(interp._handling)
+    interp._peek_known = _known_result(interp)
+    interp._reset_budget(PEEK_MAX_STEPS, PEEK_MAX_SECONDS)
+    limit = interp._limits.max_tail_iterations
+    try:
+        for frame in reversed(frames):  # innermost first: its iterations come soonest
+            try:
+                items = _remaining(frame.iterable, frame.consumed, limit)
+            except Exception:
+                continue
+            if not _run_iterations(interp, frame.node, items, limit):
+                break
+    finally:
+        interp._peek = False
+        interp._peek_known = None
+        interp._bets = None
+        interp._fresh = set()
+        interp._fresh_keep = []
+        (interp._steps, interp._next_check, interp._alloc, interp._seconds, interp._resumed,
+         interp._max_steps, interp._max_seconds, interp._depth, interp._nowait,
+         interp._module, interp._handling, interp._peek_iterations) = saved
+    return bets
+
+
+def _run_iterations(interp: "ShadowInterpreter", node: ast.For, items: list, limit: int) -> bool:
+    """Peek over the given iterations of one loop; False once the budget is spent."""
+    scope = interp._module
+    for item in items:
+        interp._peek_iterations += 1
+        if interp._peek_iterations > limit:
+            return False
+        gen = _iteration(interp, node, item, scope)
+        try:
+            next(gen)
+            gen.close()  # peek mode never waits; stop if it ever tried
+            return False
+        except StopIteration:
+            pass
+        except _Continue:
+            pass
+        except _Break:
+            return True
+        except (_PeekDone, LimitExceeded, RecursionError, MemoryError):
+            return False
+        except _STOP:
+            return True  # control after this iteration is unknown: no later bets
+    return True
+
+
+def _iteration(interp: "ShadowInterpreter", node: ast.For, item: object, scope: Scope):
+    target = node.target
+    if type(target) is ast.Name:
+        interp._store(target.id, item, scope)
+    else:
+        yield from interp._assign(target, item, scope)
+    yield from interp._exec_block(node.body, scope)

@@ -1,0 +1,226 @@
+"""Lookahead while blocked: before the shadow waits inside a loop it bets on the calls
+of the later iterations (spectool.shadow.lookahead, Store.lookahead_bets).
+
+Ordering uses anyio Events and gated tools; never sleeps.
+"""
+
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+import spectool
+from spectool.store import Budget, Store
+from spectool.trace import Trace, TurnStats
+from shadow_driver import RecordingHost, shadow
+
+
+class LookaheadHost(RecordingHost):
+    """A recording host that also takes lookahead bets."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.lookaheads: list[tuple[int, list[tuple]]] = []  # (waits so far, bets)
+
+    def lookahead(self, bets):
+        self.lookaheads.append((len(self.waits), [(b.tool, b.args, b.occurrence) for b in bets]))
+
+
+JUDGE = ("out = []\n"
+         "for c in ['a', 'b', 'c']:\n"
+         "    r = llm_query('Q' + c)\n"
+         "    v = llm_query('check ' + r.strip())\n"
+         "    out.append(v.strip())\n")
+
+HELPER = ["def classify(c):\n    r = llm_query('Q' + c)\n    return r.strip()\n",
+          "labels = []\n"
+          "for i in range(3):\n"
+          "    labels.append(classify('abc'[i]))\n"]
+
+
+def test_judge_loop_bets_on_later_iterations_before_the_first_wait():
+    interp, host = shadow([JUDGE], host=LookaheadHost())
+    waits, bets = host.lookaheads[0]
+    assert waits == 0  # before the shadow blocked on iteration 1's result
+    assert bets == [("llm_query", ("Qb",), 0), ("llm_query", ("Qc",), 0)]
+    # the lookahead changed nothing: same state and launches as without it
+    plain, plain_host = shadow([JUDGE])
+    assert interp.value_of("out") == plain.value_of("out") == [
+        "<check <Qa>>", "<check <Qb>>", "<check <Qc>>"]
+    assert interp.value_of("c") == plain.value_of("c") == "c"
+    assert host.launches == plain_host.launches
+
+
+def test_each_iteration_is_looked_ahead_once_and_the_last_needs_none():
+    _, host = shadow([JUDGE], host=LookaheadHost())
+    assert [bets for _, bets in host.lookaheads] == [
+        [("llm_query", ("Qb",), 0), ("llm_query", ("Qc",), 0)],
+        [("llm_query", ("Qc",), 0)]]
+
+
+def test_helper_function_loop_is_looked_ahead():
+    interp, host = shadow(HELPER, host=LookaheadHost())
+    assert host.lookaheads[0] == (0, [("llm_query", ("Qb",), 0), ("llm_query", ("Qc",), 0)])
+    assert interp.value_of("labels") == ["<Qa>", "<Qb>", "<Qc>"]
+
+
+def test_occurrence_counts_calls_statement_mode_already_launched():
+    src = ("for c in ['a', 'a', 'a']:\n"
+           "    r = llm_query('Q' + c).strip()\n")
+    _, host = shadow([src], host=LookaheadHost())
+    assert host.lookaheads[0][1] == [("llm_query", ("Qa",), 1), ("llm_query", ("Qa",), 2)]
+
+
+def test_lookahead_does_not_touch_shared_state():
+    src = ("seen = {'n': 0}\n"
+           "for c in ['a', 'b', 'c']:\n"
+           "    seen['n'] += 1\n"
+           "    r = llm_query('Q' + c + str(seen['n']))\n"
+           "    seen[c] = r.strip()\n")
+    interp, host = shadow([src], host=LookaheadHost())
+    # later iterations mutate ``seen`` only in the peek's view: their calls are unknown
+    assert all(bets == [] for _, bets in host.lookaheads)
+    assert interp.value_of("seen") == {"n": 3, "a": "<Qa1>", "b": "<Qb2>", "c": "<Qc3>"}
+
+
+def test_no_lookahead_without_a_host_method_and_outside_loops():
+    interp, host = shadow(["r = llm_query('x').strip()"], host=LookaheadHost())
+    assert host.lookaheads == [] and interp.value_of("r") == "<x>"
+
+
+# ---------------------------------------------------------------- runtime, gated tools
+
+def gated_llm():
+    """``llm(prompt)``: the call for 'Qa' does not finish until the call for 'Qb' has
+    started, so a run that launches iterations serially never finishes."""
+    log: list[str] = []
+    b_started = anyio.Event()
+
+    @spectool.tool(speculate="pure", name="llm")
+    async def llm(prompt: str) -> str:
+        log.append(prompt)
+        if prompt == "Qb":
+            b_started.set()
+        if prompt == "Qa":
+            await b_started.wait()
+        await anyio.lowlevel.checkpoint()
+        return f"<{prompt}> "
+
+    return llm, log
+
+
+JUDGE_CELL = ("out = []\n"
+              "for c in ['a', 'b', 'c']:\n"
+              "    r = llm('Q' + c)\n"
+              "    v = llm('check ' + r.strip())\n"
+              "    out.append(v.strip())\n")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["spec", "lazy"])
+async def test_judge_loop_launches_iteration_two_before_iteration_one_finishes(anyio_backend, mode):
+    llm, log = gated_llm()
+    rt = spectool.Runtime([llm], mode=mode)
+    with anyio.fail_after(20):
+        res = await rt.run_cell(JUDGE_CELL)
+    assert res.error is None
+    assert res.namespace["out"] == ["<check <Qa>>", "<check <Qb>>", "<check <Qc>>"]
+    assert log.index("Qb") < log.index("check <Qa>")
+    # adopted, never duplicated: each of the 6 real calls ran exactly once
+    assert sorted(log) == sorted(["Qa", "Qb", "Qc", "check <Qa>", "check <Qb>", "check <Qc>"])
+    s = res.stats
+    assert s.hits + s.misses == 6 and s.wasted == 0 and s.evicted == 0
+    assert s.dispatched <= 6  # a speculation the real run took over counts as a miss too
+
+
+@pytest.mark.anyio
+async def test_spec_helper_loop_in_the_open_tail_is_bet_on(anyio_backend):
+    from rt_helpers import GatedStream
+
+    log: list[str] = []
+    started = {p: anyio.Event() for p in ("Qa", "Qb", "Qc")}
+
+    @spectool.tool(speculate="pure", name="llm")
+    async def llm(prompt: str) -> str:
+        log.append(prompt)
+        started[prompt].set()
+        return prompt.lower()
+
+    rt = spectool.Runtime([llm], mode="spec")
+    stream = GatedStream(
+        "```repl\ndef classify(c):\n    out = llm('Q' + c)\n    return out.strip()\n"
+        "labels = []\nfor c in ['a', 'b', 'c']:\n    labels.append(classify(c))\n",
+        started["Qc"],  # the message goes on only once the tail's bets are running
+        "print(labels)\n```\n")
+    with anyio.fail_after(20):
+        res = await rt.run(stream)
+    assert res.error is None and res.stdout == "['qa', 'qb', 'qc']\n"
+    assert sorted(log) == ["Qa", "Qb", "Qc"]
+    assert res.stats.hits == 3 and res.stats.wasted == 0
+
+
+# ---------------------------------------------------------------- store
+
+@asynccontextmanager
+async def open_store(tools):
+    async with anyio.create_task_group() as tg:
+        store = Store({t.name: t for t in tools}, tg, budget=Budget(16, 4 << 20), trace=Trace(),
+                      stats=TurnStats(), turn_id="t1")
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+def gated(speculate="pure"):
+    runs: list[int] = []
+    gate = anyio.Event()
+
+    @spectool.tool(speculate=speculate, name="slow")
+    async def slow(x: int, idempotency_key: str = "") -> int:
+        runs.append(x)
+        await gate.wait()
+        return x * 10
+
+    return slow, gate, runs
+
+
+@pytest.mark.anyio
+async def test_store_lookahead_skips_occurrences_already_covered(anyio_backend):
+    slow, gate, runs = gated()
+    async with open_store([slow]) as store:
+        first = store.launch("slow", (1,), {})               # statement mode: occurrence 0
+        store.lookahead_bets([("slow", (1,), {}), ("slow", (2,), {})])
+        assert store.stats.dispatched == 3                   # one bet per key
+        store.lookahead_bets([("slow", (1,), {}), ("slow", (2,), {})])
+        assert store.stats.dispatched == 3                   # floating bets cover them
+        again = store.launch("slow", (1,), {})               # occurrence 1 adopts its bet
+        assert again is not first and again.origin == "lookahead"
+        assert store.stats.dispatched == 3
+        store.withdraw_lookahead_bets()                      # slow(2) never adopted
+        assert store.stats.withdrawn == 1
+        await anyio.wait_all_tasks_blocked()
+        gate.set()
+        assert await store.call("slow", (1,), {}) == 10
+        assert await store.call("slow", (1,), {}) == 10
+        assert store.stats.hits == 2, store.trace.to_json()
+
+
+@pytest.mark.anyio
+async def test_store_lookahead_skips_what_the_real_run_already_reached(anyio_backend):
+    slow, gate, runs = gated()
+    gate.set()
+    async with open_store([slow]) as store:
+        assert await store.call("slow", (5,), {}) == 50      # the real run is ahead
+        store.lookahead_bets([("slow", (5,), {})])           # the shadow's occurrence 0
+        assert store.stats.dispatched == 0 and runs == [5]
+        store.lookahead_bets([("slow", (5,), {}), ("slow", (5,), {})])
+        assert store.stats.dispatched == 1                   # only occurrence 1 is new
+
+
+@pytest.mark.anyio
+async def test_store_lookahead_bets_only_on_pure_tools(anyio_backend):
+    slow, gate, runs = gated(speculate="idempotent")
+    async with open_store([slow]) as store:
+        store.lookahead_bets([("slow", (1,), {})])
+        assert store.stats.dispatched == 0
