@@ -171,35 +171,42 @@ class ShadowDriver:
         # a generator: creating it runs nothing
         gen = (interp.run_statement(source) if tree is None
                else interp.run_statement(source, tree=tree))
+        seen = self.store.finished_count
         request = await _in_thread(_step, gen, None)
         while request is not _END:
             if isinstance(request, WaitFor):
-                await self._blocked(interp, request.handle)
+                await self._blocked(interp, request.handle, seen)
                 got = await self.store.outcome(request.handle)
+                seen = self.store.finished_count
                 request = await _in_thread(_step, gen, Outcome(value=got.value, error=got.error))
             else:
+                seen = self.store.finished_count
                 request = await _in_thread(_step, gen, None)
         self.store.withdraw_lookahead_bets()
         self.statements_run += 1
         self.trace.add("shadow_statement", n=self.statements_run)
 
-    async def _blocked(self, interp: Any, entry: Any) -> None:
+    async def _blocked(self, interp: Any, entry: Any, seen: int) -> None:
         """While the statement waits inside a loop, look ahead again each time a
-        speculation finishes (a later iteration's call may now have known arguments)."""
+        speculation finishes (a later iteration's call may now have known arguments).
+        ``seen``: the store's finished count before the step that led here (the
+        lookahead inside that step may not have seen what finished since)."""
         from .shadow import lookahead
         done = getattr(entry, "done", None)
         if done is None:
             return
         while not done.is_set() and lookahead.active(interp):
-            signal = self.store.finished_signal()
-            async with anyio.create_task_group() as tg:
-                async def watch(event: Any) -> None:
-                    await event.wait()
-                    tg.cancel_scope.cancel()
-                tg.start_soon(watch, done)
-                tg.start_soon(watch, signal)
-            if done.is_set():
-                return
+            if self.store.finished_count == seen:
+                signal = self.store.finished_signal()
+                async with anyio.create_task_group() as tg:
+                    async def watch(event: Any) -> None:
+                        await event.wait()
+                        tg.cancel_scope.cancel()
+                    tg.start_soon(watch, done)
+                    tg.start_soon(watch, signal)
+                if done.is_set():
+                    return
+            seen = self.store.finished_count
             await _in_thread(lookahead.refresh, interp)
 
     async def _tail(self, interp: Any, tail: str) -> None:

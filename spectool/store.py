@@ -134,6 +134,7 @@ class Store:
         self._bets: list[Entry] = []
         self._nokey_calls = 0
         self._finished = anyio.Event()
+        self.finished_count = 0  # speculations finished so far (see finished_signal)
         self.closed = False
 
     # ------------------------------------------------------------------ shadow side
@@ -541,6 +542,7 @@ class Store:
                     if entry.state is EntryState.RUNNING:
                         entry.state = EntryState.DONE
                     entry.done.set()
+                    self.finished_count += 1
                     self._finished.set()
                     self._finished = anyio.Event()
                 finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import itertools
 import operator
 
 from .. import keys
@@ -33,6 +34,14 @@ from .internals import (
 )
 
 __all__ = ["CallsMixin"]
+
+# raw callables whose result is a new iterator that, when advanced, only advances
+# iterators of its own arguments (a shared iterator argument is refused in peek mode)
+# and calls nothing: peeking may consume it (see ``ShadowInterpreter._shared``)
+_FRESH_ITERATORS = frozenset({
+    zip, enumerate, reversed, iter, itertools.islice, itertools.zip_longest,
+    itertools.count, itertools.repeat, itertools.pairwise,
+})
 
 
 class CallsMixin:
@@ -156,6 +165,10 @@ class CallsMixin:
                     result = yield from self._apply(fn.raw, args, kwargs, failed=True)
             if fn.is_class and type(result) in MUTABLE_TYPES:
                 self._made(result)
+            elif (self._peek and fn.raw in _FRESH_ITERATORS and _is_iterator(result)
+                  and (fn.raw is not iter or len(args) == 1)
+                  and not any(result is a for a in args)):
+                self._made(result)  # a new iterator that advances nothing shared
             return result
         if isinstance(fn, operator.itemgetter):
             return (yield from self._apply(fn, args, kwargs))
@@ -175,7 +188,7 @@ class CallsMixin:
             if type(v) is range and not lazy and len(v) > self._limits.max_range_consumed:
                 raise LimitExceeded("huge range consumed")
             if _is_iterator(v):
-                if self._peek:
+                if self._shared(v):  # peek: only iterators the peek itself made
                     raise _UnknownValue
                 if not lazy or is_consuming(raw):
                     return (yield from self._materialize(v))

@@ -349,7 +349,7 @@ class ExpressionsMixin:
     def _eval_GeneratorExp(self, node: ast.GeneratorExp, scope: Scope):
         out: list = []
         yield from self._comprehension(node, scope, out.append)
-        return iter(self._account(out))
+        return self._made(iter(self._account(out)))
 
     def _eval_SetComp(self, node: ast.SetComp, scope: Scope):
         out: list = []
@@ -374,8 +374,8 @@ class ExpressionsMixin:
             gen = generators[i]
             iterable = yield from self._known(gen.iter, scope if i == 0 else inner)
             iterator = yield from self._iter(iterable)
-            if self._peek and iterator is iterable:
-                raise _UnknownValue
+            if iterator is iterable and self._shared(iterable):
+                raise _UnknownValue  # peeking must not advance a shared iterator
             while True:
                 self._step()
                 try:
@@ -421,7 +421,7 @@ class ExpressionsMixin:
             if 8 * len(value) > self._limits.max_memory_bytes:  # type: ignore[arg-type]
                 raise LimitExceeded("materialising too many items")
             return self._account(list(value))  # type: ignore[call-overload]
-        if self._peek and _is_iterator(value):
+        if _is_iterator(value) and self._shared(value):
             raise _UnknownValue
         iterator = yield from self._iter(value)
         out = []

@@ -223,7 +223,7 @@ class StatementsMixin:
         except _UnknownValue:
             self._skip_blocks([node], scope)
             return
-        if self._peek and iterator is iterable:
+        if iterator is iterable and self._shared(iterable):
             self._skip_blocks([node], scope)  # peeking must not advance a shared iterator
             return
         if frame is not None:

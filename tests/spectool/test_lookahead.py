@@ -224,3 +224,75 @@ async def test_store_lookahead_bets_only_on_pure_tools(anyio_backend):
     async with open_store([slow]) as store:
         store.lookahead_bets([("slow", (1,), {})])
         assert store.stats.dispatched == 0
+
+
+# ---------------------------------------------------------------- finished bets, iterators
+
+class KnowingHost(LookaheadHost):
+    """Also reports every bet as finished (value: the prompt's last character)."""
+
+    def lookahead_outcome(self, tool, args, kwargs, occurrence):
+        from spectool.shadow import Outcome
+        return Outcome(value=f"lab{args[0][-1]} \n")
+
+
+JUDGE_ZIP = ("data = ['a1', 'a2', 'b1', 'b2']\n"
+             "labels = []\n"
+             "for i in range(0, len(data), 2):\n"
+             "    rows = data[i:i + 2]\n"
+             "    first = llm_query('P:' + ' '.join(rows)).strip().split(' ')\n"
+             "    checked = llm_query('C:' + '|'.join(r + '=' + x for r, x in zip(rows, first)))\n"
+             "    labels += checked.strip().split('|')\n")
+
+
+def test_a_finished_bet_lets_the_lookahead_bet_on_the_call_that_depends_on_it():
+    interp, host = shadow([JUDGE_ZIP], host=KnowingHost())
+    assert host.lookaheads[0][1] == [("llm_query", ("P:b1 b2",), 0),
+                                     ("llm_query", ("C:b1=lab2",), 0)]
+    plain, plain_host = shadow([JUDGE_ZIP])
+    assert interp.value_of("labels") == plain.value_of("labels")
+    assert host.launches == plain_host.launches
+
+
+def test_peek_consumes_iterators_it_made_but_never_a_shared_one():
+    interp, host = shadow(["rows = ['a', 'b']", "first = ['x', 'y']", "it = iter(rows)"])
+    bets = interp.peek_tail("llm_query('-'.join(r + x for r, x in zip(rows, first)))\n")
+    assert [b.args for b in bets] == [("ax-by",)]
+    assert interp.peek_tail("llm_query('-'.join(zip(it, first)))\n") == []
+    assert interp.peek_tail("for r in it:\n    llm_query(r)\n") == []
+    assert interp.peek_tail("llm_query(str(list(enumerate(it))))\n") == []
+    # the shared iterator was not advanced by any peek
+    from shadow_driver import drive
+    drive(interp, "rest = list(it)", host)
+    assert interp.value_of("rest") == ["a", "b"]
+
+
+@pytest.mark.anyio
+async def test_driver_refreshes_the_lookahead_when_a_bet_finishes(anyio_backend):
+    """Iteration 2's check call depends on iteration 2's first call: it can only be bet
+    on once that has finished, while the shadow still waits on iteration 1."""
+    log: list[str] = []
+    events = {p: anyio.Event() for p in ("Qa", "Qb", "check <Qb>")}
+
+    @spectool.tool(speculate="pure", name="llm")
+    async def llm(prompt: str) -> str:
+        log.append(prompt)
+        if prompt in events:
+            events[prompt].set()
+        if prompt == "Qa":  # iteration 1 is held until iteration 2's check has started
+            await events["check <Qb>"].wait()
+        await anyio.lowlevel.checkpoint()
+        return f"<{prompt}> "
+
+    rt = spectool.Runtime([llm], mode="lazy")
+    cell = ("out = []\n"
+            "for c in ['a', 'b']:\n"
+            "    r = llm('Q' + c)\n"
+            "    v = llm('check ' + r.strip())\n"
+            "    out.append(v.strip())\n")
+    with anyio.fail_after(20):
+        res = await rt.run_cell(cell)
+    assert res.error is None and res.namespace["out"] == ["<check <Qa>>", "<check <Qb>>"]
+    assert log.index("check <Qb>") < log.index("check <Qa>")
+    assert sorted(log) == sorted(["Qa", "Qb", "check <Qa>", "check <Qb>"])
+    assert res.stats.wasted == 0 and res.stats.evicted == 0
