@@ -20,6 +20,10 @@ latest open tail, the end of input) and runs them one at a time in one task:
   adopts them like tail bets; those not adopted are withdrawn when the statement ends.
 * the shadow is best effort: if the interpreter itself fails, the driver stops
   shadowing for the rest of the turn (a missed speed-up, never a wrong result).
+* no worker thread outlives the turn: when the shadow task is cancelled the driver
+  closes the host (later calls from the thread decline without touching the loop),
+  interrupts the interpreter, and waits for the step to return
+  (``spectool._threads.run_in_worker``) before the cancellation goes on.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from typing import Any, Mapping
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
-import anyio.to_thread
 
+from ._threads import run_in_worker
 from .store import Store
 from .trace import Trace
 
@@ -49,12 +53,18 @@ def tool_infos(tools: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class _LoopHost:
-    """The ``ShadowHost`` the interpreter sees from its worker thread."""
+    """The ``ShadowHost`` the interpreter sees from its worker thread.
+
+    Once ``closed`` (the turn is over) every call declines without hopping to the
+    event loop, which may no longer serve callbacks."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self.closed = False
 
     def launch(self, tool_name: str, args: tuple, kwargs: dict, *, origin: str = "statement"):
+        if self.closed:
+            return None
         try:
             return anyio.from_thread.run_sync(
                 functools.partial(self._store.launch, tool_name, args, kwargs, origin=origin))
@@ -64,12 +74,16 @@ class _LoopHost:
     def lookahead(self, bets: list) -> None:
         """Bets on later loop iterations (``spectool.shadow.lookahead``)."""
         wanted = _wanted(bets)
+        if self.closed:
+            return
         try:
             anyio.from_thread.run_sync(self._store.lookahead_bets, wanted)
         except Exception:  # the turn is over: nothing to bet on
             pass
 
     def lookahead_outcome(self, tool_name: str, args: tuple, kwargs: dict, occurrence: int):
+        if self.closed:
+            return None
         try:
             return anyio.from_thread.run_sync(functools.partial(
                 self._store.lookahead_outcome, tool_name, args, kwargs, occurrence))
@@ -93,8 +107,10 @@ def _step(gen: Any, value: Any) -> Any:
         return _END
 
 
-def _in_thread(fn: Any, *args: Any) -> Any:
-    return anyio.to_thread.run_sync(functools.partial(fn, *args), abandon_on_cancel=True)
+# How long a cancelled shadow step may take to notice the interrupt before its thread
+# is abandoned (the interpreter checks every few thousand steps; its Limits bound the
+# rest, so this is only a backstop). An abandoned step's host calls decline.
+_STOP_GRACE_SECONDS = 5.0
 
 
 class ShadowDriver:
@@ -108,6 +124,8 @@ class ShadowDriver:
         self._send, self._recv = anyio.create_memory_object_stream[Any](math.inf)
         self.statements_run = 0
         self.failed = False
+        self._host = _LoopHost(store)
+        self._interp: Any = None
 
     # -- fed by the runtime (never blocks) -----------------------------------------
     def feed_statement(self, source: str, tree: Any = None) -> None:
@@ -130,13 +148,24 @@ class ShadowDriver:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
 
+    # -- worker threads ------------------------------------------------------------------
+    def _stop(self) -> None:
+        """The shadow task is being cancelled: make the running step end soon."""
+        self._host.closed = True
+        if self._interp is not None:
+            self._interp.interrupt()
+
+    async def _in_thread(self, fn: Any, *args: Any) -> Any:
+        return await run_in_worker(functools.partial(fn, *args), on_cancel=self._stop,
+                                   grace=_STOP_GRACE_SECONDS)
+
     # -- the shadow task ----------------------------------------------------------------
     async def run(self) -> None:
         kwargs = {} if self.limits is None else {"limits": self.limits}
         try:
             from .shadow import Outcome, ShadowInterpreter, WaitFor
-            interp = await _in_thread(functools.partial(
-                ShadowInterpreter, self.namespace, tool_infos(self.tools), _LoopHost(self.store),
+            interp = self._interp = await self._in_thread(functools.partial(
+                ShadowInterpreter, self.namespace, tool_infos(self.tools), self._host,
                 **kwargs))
         except Exception as exc:
             self.trace.add("shadow_error", where="init", error=repr(exc))
@@ -159,12 +188,8 @@ class ShadowDriver:
                         self.trace.add("shadow_error", where=kind, error=repr(exc))
                     await anyio.lowlevel.checkpoint()
         finally:
+            self._stop()
             self.store.withdraw_bets()
-            # a step still running in an abandoned worker thread: ask it to stop early
-            # (bounded by the shadow's Limits either way)
-            interrupt = getattr(interp, "interrupt", None)
-            if callable(interrupt):
-                interrupt()
 
     async def _statement(self, interp: Any, source: str, tree: Any, WaitFor: Any,
                          Outcome: Any) -> None:
@@ -172,16 +197,17 @@ class ShadowDriver:
         gen = (interp.run_statement(source) if tree is None
                else interp.run_statement(source, tree=tree))
         seen = self.store.finished_count
-        request = await _in_thread(_step, gen, None)
+        request = await self._in_thread(_step, gen, None)
         while request is not _END:
             if isinstance(request, WaitFor):
                 await self._blocked(interp, request.handle, seen)
                 got = await self.store.outcome(request.handle)
                 seen = self.store.finished_count
-                request = await _in_thread(_step, gen, Outcome(value=got.value, error=got.error))
+                request = await self._in_thread(_step, gen,
+                                                Outcome(value=got.value, error=got.error))
             else:
                 seen = self.store.finished_count
-                request = await _in_thread(_step, gen, None)
+                request = await self._in_thread(_step, gen, None)
         self.store.withdraw_lookahead_bets()
         self.statements_run += 1
         self.trace.add("shadow_statement", n=self.statements_run)
@@ -207,10 +233,10 @@ class ShadowDriver:
                 if done.is_set():
                     return
             seen = self.store.finished_count
-            await _in_thread(lookahead.refresh, interp)
+            await self._in_thread(lookahead.refresh, interp)
 
     async def _tail(self, interp: Any, tail: str) -> None:
         if not tail.strip():
             self.store.withdraw_bets()
             return
-        self.store.sync_bets(_wanted(await _in_thread(interp.peek_tail, tail)))
+        self.store.sync_bets(_wanted(await self._in_thread(interp.peek_tail, tail)))

@@ -15,10 +15,12 @@ namespace's ``__builtins__`` (the process-wide ``sys.stdout`` is never redirecte
 runs nothing; its error is the ``SyntaxError``. Any exception the cell raises becomes
 the outcome's ``error``.
 
-Cancellation: a cancelled turn abandons the worker thread; :class:`CellCancelled` (a
-``BaseException`` that ``except Exception`` does not catch) is raised asynchronously in
-it, and its next tool call or ``print`` raises it too. A cell stuck inside one long C
-call (``time.sleep(1e9)``, a huge regex) only stops when that call returns: use the
+Cancellation: :class:`CellCancelled` (a ``BaseException`` that ``except Exception``
+does not catch) is raised asynchronously in the cell's thread, its next tool call or
+``print`` raises it too, and the turn waits (shielded, up to a grace period) for the
+thread to stop, so a cell cancelled in the middle of a tool call does not outlive its
+turn. A cell stuck inside one long C call (``time.sleep(1e9)``, a huge regex) only
+stops when that call returns: past the grace period its thread is abandoned. Use the
 subprocess executor when that matters.
 """
 
@@ -34,11 +36,15 @@ from typing import Any, Awaitable, Callable, Iterable
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
-import anyio.to_thread
+
+from ._threads import run_in_worker
 
 __all__ = ["CellOutcome", "CellCancelled", "InProcessExecutor", "ToolCaller", "user_variables"]
 
 ToolCaller = Callable[[str, tuple, dict], Awaitable[Any]]
+
+# How long a cancelled turn waits for its cell's thread to stop before abandoning it.
+_STOP_GRACE_SECONDS = 1.0
 
 
 @dataclass
@@ -55,20 +61,34 @@ class CellCancelled(BaseException):
 class _ToolProxy:
     """What the cell sees under a tool's name: a plain sync callable."""
 
-    __slots__ = ("_name", "_call", "_cancelled", "_token", "__name__")
+    __slots__ = ("_name", "_call", "_control", "_token", "__name__")
 
-    def __init__(self, name: str, call: ToolCaller, cancelled: threading.Event,
+    def __init__(self, name: str, call: ToolCaller, control: _CellControl,
                  token: Any) -> None:
         self._name = name
         self._call = call
-        self._cancelled = cancelled
+        self._control = control
         self._token = token          # the event loop's token: callable from any thread
         self.__name__ = name
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._cancelled.is_set():
+        if self._control.cancelled.is_set():
             raise CellCancelled(self._name)
-        return anyio.from_thread.run(self._call, self._name, args, kwargs, token=self._token)
+        return anyio.from_thread.run(self._call_in_loop, args, kwargs, token=self._token)
+
+    async def _call_in_loop(self, args: tuple, kwargs: dict) -> Any:
+        # Runs on the event loop. With an explicit token the call is not inside the
+        # cell's own cancel scope, so the cell's control cancels it when the cell stops.
+        control = self._control
+        if control.cancelled.is_set():
+            raise CellCancelled(self._name)
+        with anyio.CancelScope() as scope:
+            control.calls.add(scope)
+            try:
+                return await self._call(self._name, args, kwargs)
+            finally:
+                control.calls.discard(scope)
+        raise CellCancelled(self._name)  # only reached when the cell was stopped
 
     def __repr__(self) -> str:
         return f"<tool {self._name}>"
@@ -138,25 +158,23 @@ class InProcessExecutor:
             code = compile(source, "<cell>", "exec")
         except (SyntaxError, ValueError) as exc:  # ValueError: NUL bytes in the source
             return CellOutcome("", exc, ran=False)
-        cancelled = threading.Event()
-        capture = _Capture(cancelled, self.max_stdout_chars)
+        control = _CellControl()
+        capture = _Capture(control.cancelled, self.max_stdout_chars)
         ns = self.namespace
         cell_builtins = dict(builtins.__dict__)
         cell_builtins["print"] = capture.print
         ns["__builtins__"] = cell_builtins
         token = anyio.lowlevel.current_token()
         for name in tool_names:
-            ns[name] = _ToolProxy(name, call_tool, cancelled, token)
-
-        running = _RunningCell()
+            ns[name] = _ToolProxy(name, call_tool, control, token)
 
         def work() -> BaseException | None:
             try:
                 try:
-                    running.enter()
+                    control.enter()
                     exec(code, ns)
                 finally:
-                    running.leave()
+                    control.leave()
             except CellCancelled:
                 return None
             except BaseException as exc:  # SystemExit from exit() is a cell error too
@@ -166,26 +184,29 @@ class InProcessExecutor:
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(1)
         try:
-            error = await anyio.to_thread.run_sync(work, abandon_on_cancel=True,
-                                                   limiter=self._limiter)
+            error = await run_in_worker(work, on_cancel=control.stop,
+                                        grace=_STOP_GRACE_SECONDS, limiter=self._limiter)
         finally:
-            cancelled.set()
-            running.interrupt()     # only does something when the cell was abandoned
+            control.stop()          # only does something when the cell was cancelled
         if error is not None:
             error.__traceback__ = _cell_frames(error.__traceback__)
         return CellOutcome(capture.buffer.getvalue(), error, ran=True)
 
 
-class _RunningCell:
-    """The thread running a cell, so a cancelled turn can interrupt pure-Python loops.
+class _CellControl:
+    """Stops a running cell: its thread, its tool calls in flight, its later calls.
 
-    ``interrupt`` raises :class:`CellCancelled` asynchronously in that thread
+    ``stop`` (called on the event loop's thread) sets ``cancelled`` (later tool calls
+    and prints raise :class:`CellCancelled`), cancels the tool calls in flight, and
+    raises :class:`CellCancelled` asynchronously in the cell's thread
     (``PyThreadState_SetAsyncExc``), only while the cell is still executing (checked
-    under a lock, so an unrelated job that later reuses the worker thread is never
-    hit). Code blocked inside a C call sees it when the call returns.
+    under a lock, so an unrelated job that later reuses the worker thread is never hit).
+    Code blocked inside a C call sees it when the call returns.
     """
 
     def __init__(self) -> None:
+        self.cancelled = threading.Event()
+        self.calls: set[anyio.CancelScope] = set()   # touched on the loop's thread only
         self._lock = threading.Lock()
         self._thread_id: int | None = None
 
@@ -197,7 +218,10 @@ class _RunningCell:
         with self._lock:
             self._thread_id = None
 
-    def interrupt(self) -> None:
+    def stop(self) -> None:
+        self.cancelled.set()
+        for scope in list(self.calls):
+            scope.cancel()
         with self._lock:
             if self._thread_id is None:
                 return

@@ -36,3 +36,45 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs vLLM and a CUDA GPU (pip install '.[vllm]')")
         for item in vllm_items:
             item.add_marker(skip)
+
+
+# Code whose frames must not still be running in another thread once a test is over.
+_PROJECT_CODE = tuple(os.sep + part + os.sep for part in ("spectool", "token_spec", "agents",
+                                                          "benchmarks")) + ("<cell>",)
+_STRAY_GRACE_SECONDS = 5.0
+
+
+def _stray_threads() -> dict[str, str]:
+    import sys
+    import threading
+    import traceback
+
+    names = {t.ident: t.name for t in threading.enumerate()}
+    me = threading.get_ident()
+    stray = {}
+    for ident, frame in sys._current_frames().items():
+        if ident == me:
+            continue
+        stack = traceback.extract_stack(frame)
+        if any(any(part in f.filename for part in _PROJECT_CODE) for f in stack):
+            stray[names.get(ident, str(ident))] = "".join(traceback.format_list(stack[-8:]))
+    return stray
+
+
+@pytest.fixture(autouse=True)
+def no_thread_outlives_its_test():
+    """A worker thread still running project code after its test (a shadow step, a
+    cell, a decoder step) can block the interpreter's exit forever: fail the test that
+    left it, with its stack, instead of hanging the run."""
+    yield
+    import time
+
+    deadline = time.monotonic() + _STRAY_GRACE_SECONDS
+    stray = _stray_threads()
+    while stray and time.monotonic() < deadline:
+        time.sleep(0.01)
+        stray = _stray_threads()
+    if stray:
+        pytest.fail("threads still running project code after the test:\n"
+                    + "\n".join(f"--- {name}\n{stack}" for name, stack in stray.items()),
+                    pytrace=False)

@@ -124,7 +124,7 @@ async def test_lazy_real_run_does_not_wait_for_the_shadow(anyio_backend):
         return x
 
     @spectool.tool
-    def mark() -> None:
+    async def mark() -> None:   # async: an anyio Event is set on the loop, never a thread
         log.append("mark")
         gate.set()      # only the real run can open the gate the shadow is waiting on
 
