@@ -71,6 +71,16 @@ class _LoopHost:
         except Exception:  # the turn is over (loop gone, store closed): decline
             return None
 
+    def observe(self, tool_name: str, args: tuple, kwargs: dict):
+        """A call the shadow may not start: wait for the real one (``Store.observe``)."""
+        if self.closed:
+            return None
+        try:
+            return anyio.from_thread.run_sync(
+                functools.partial(self._store.observe, tool_name, args, kwargs))
+        except Exception:
+            return None
+
     def lookahead(self, bets: list) -> None:
         """Bets on later loop iterations (``spectool.shadow.lookahead``)."""
         wanted = _wanted(bets)

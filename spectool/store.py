@@ -29,11 +29,15 @@ Semantics (pinned in docs/INTERFACES.md):
   are floating entries too, launched only for occurrences neither the real run nor
   another floating bet covers; those not adopted are withdrawn when their statement
   has been shadow-run.
+* Non-speculatable calls are never started by the shadow; it may *observe* them
+  (``observe``): a handle that finishes with a plain-data snapshot of the real call's
+  result when the real run makes that call (see ``spectool.observations``).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import math
 from collections import defaultdict
@@ -47,6 +51,7 @@ from anyio.abc import TaskGroup
 from .budget import Budget, Ticket
 from .errors import ToolArgumentError, ToolError
 from .keys import call_key
+from .observations import Observation, Observations
 from .trace import Trace, TurnStats
 
 
@@ -135,6 +140,7 @@ class Store:
         self._nokey_calls = 0
         self._finished = anyio.Event()
         self.finished_count = 0  # speculations finished so far (see finished_signal)
+        self.observations = Observations(trace)
         self.closed = False
 
     # ------------------------------------------------------------------ shadow side
@@ -174,6 +180,19 @@ class Store:
         self._place(entry, k, occ)
         self._dispatch(entry)
         return entry
+
+    def observe(self, tool_name: str, args: tuple, kwargs: dict) -> Observation | None:
+        """The shadow reached a call it may not start (a ``never`` tool): a handle that
+        finishes when the real run's matching call does; ``None`` = cannot observe."""
+        tool = self.tools.get(tool_name)
+        if self.passthrough or self.closed or tool is None or tool.speculatable:
+            return None
+        try:
+            args, kwargs = tool.validate(tuple(args), dict(kwargs))
+        except ToolArgumentError:
+            return None
+        key = canonical_key(tool, args, kwargs)
+        return None if key is None else self.observations.observe(tool.name, key)
 
     def sync_bets(self, wanted: list[tuple[str, tuple, dict]]) -> None:
         """Make the floating tail bets match ``wanted`` (name, args, kwargs) by key count."""
@@ -262,9 +281,11 @@ class Store:
         self.trace.add("withdraw", tool=entry.tool.name)
         self._retire(entry)
 
-    async def outcome(self, entry: Entry) -> Outcome:
+    async def outcome(self, entry: Entry | Observation) -> Outcome:
         """Wait for an entry (the shadow's ``WaitFor``) and report what it produced."""
         await entry.done.wait()
+        if isinstance(entry, Observation):
+            return Outcome(entry.value, entry.error)
         if entry.state is EntryState.EVICTED and entry.error is None:
             return Outcome(error=ToolError("speculation cancelled", tool=entry.tool.name))
         return Outcome(entry.value, entry.error)
@@ -277,7 +298,9 @@ class Store:
         if not tool.speculatable:
             self.stats.calls += 1
             self.trace.add("call", tool=tool.name)
-            return await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes)
+            key = None if self.passthrough else canonical_key(tool, args, kwargs)
+            return await self.observations.run_real(tool.name, key, functools.partial(
+                tool.run, args, kwargs, max_output_bytes=self.max_output_bytes))
         if self.passthrough:
             batched = tool.batched_of is not None and args and isinstance(args[0], (list, tuple))
             count = len(args[0]) if batched else 1     # a batched call counts per element
@@ -450,6 +473,7 @@ class Store:
     def close(self) -> None:
         """Turn end: cancel every unclaimed speculation for real."""
         self.closed = True
+        self.observations.close()
         for bet in list(self._bets):
             self.withdraw(bet)
         for fifo in self._fifo.values():

@@ -273,11 +273,30 @@ class CallsMixin:
         if info.batched_of is not None:
             return (yield from self._call_batched(info, args, kwargs))
         if not info.speculatable:
-            raise _UnknownValue
+            return (yield from self._observe(info, args, kwargs))
         args, kwargs, _, unknown = yield from self._settle_call(args, kwargs)
         if unknown:
             raise _UnknownValue
         return self._launch(info.name, info, args, kwargs)
+
+    def _observe(self, info: ToolInfo, args: tuple, kwargs: dict):
+        """A tool the shadow may not start: a pending value bound to the real call
+        (``host.observe``, optional), read only when a statement needs it."""
+        observe = getattr(self._host, "observe", None)
+        if observe is None or self._peek:
+            raise _UnknownValue
+        args, kwargs, _, unknown = yield from self._settle_call(args, kwargs)
+        if unknown or keys.call_key(args, kwargs) is None:
+            raise _UnknownValue
+        try:
+            args = keys.plain_snapshot(args)  # type: ignore[assignment]
+            kwargs = keys.plain_snapshot(kwargs)  # type: ignore[assignment]
+        except ValueError:
+            raise _UnknownValue from None
+        handle = observe(info.name, args, kwargs)
+        if handle is None:
+            raise _UnknownValue
+        return Pending(handle, info.name)
 
     def _call_batched(self, info: ToolInfo, args: tuple, kwargs: dict):
         target = self._tools.get(info.batched_of or "")

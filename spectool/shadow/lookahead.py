@@ -65,7 +65,9 @@ class LoopFrame:
         self.node = node
         self.iterable: object = None
         self.consumed = 0     # items taken from the loop's iterator so far
-        self.looked = -1      # ``consumed`` at the last lookahead from this loop
+        # (consumed, results known) at the last lookahead from this loop: look again
+        # in the same iteration only once a wait has taught the shadow something new
+        self.looked: tuple[int, int] = (-1, -1)
 
 
 def enter_loop(interp: "ShadowInterpreter", node: ast.For, scope: Scope) -> LoopFrame | None:
@@ -92,10 +94,11 @@ def active(interp: "ShadowInterpreter") -> bool:
 def before_wait(interp: "ShadowInterpreter") -> None:
     """Called by statement mode just before it yields ``WaitFor``."""
     frames = _frames(interp)
-    if not frames or frames[-1].looked == frames[-1].consumed:
+    known = len(interp._outcomes)
+    if not frames or frames[-1].looked == (frames[-1].consumed, known):
         return
     for frame in frames:
-        frame.looked = frame.consumed
+        frame.looked = (frame.consumed, known)
     _look(interp, frames)
 
 

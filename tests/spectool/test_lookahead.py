@@ -51,11 +51,27 @@ def test_judge_loop_bets_on_later_iterations_before_the_first_wait():
     assert host.launches == plain_host.launches
 
 
-def test_each_iteration_is_looked_ahead_once_and_the_last_needs_none():
+def test_an_iteration_is_looked_ahead_again_only_after_a_wait_and_the_last_needs_none():
     _, host = shadow([JUDGE], host=LookaheadHost())
+    # two waits per iteration (r, then v): the second look knows r; the store skips
+    # the bets it already holds (test_store_lookahead_launches_only_uncovered_occurrences)
     assert [bets for _, bets in host.lookaheads] == [
         [("llm_query", ("Qb",), 0), ("llm_query", ("Qc",), 0)],
+        [("llm_query", ("Qb",), 0), ("llm_query", ("Qc",), 0)],
+        [("llm_query", ("Qc",), 0)],
         [("llm_query", ("Qc",), 0)]]
+
+
+def test_a_loop_invariant_value_learned_at_a_wait_is_used_for_later_iterations():
+    # the first wait (on g, bound before the loop) finds nothing to bet on; once g is
+    # known, the wait on r in the same iteration looks again and bets on Qb, Qc
+    src = ("g = llm_query('guide')\n"
+           "for c in ['a', 'b', 'c']:\n"
+           "    r = llm_query(g.strip() + c)\n"
+           "    x = r.strip()\n")
+    _, host = shadow([src], host=LookaheadHost())
+    assert [bets for _, bets in host.lookaheads if bets][0] == [
+        ("llm_query", ("<guide>b",), 0), ("llm_query", ("<guide>c",), 0)]
 
 
 def test_helper_function_loop_is_looked_ahead():
