@@ -16,8 +16,9 @@ same order, same arguments, its result handed to the cell untouched); the shadow
 reads a copy. If the shadow's view diverged from the real run (an occurrence it could
 not see), the worst case is speculations that miss.
 
-A result that is not plain data (``keys.plain_snapshot``) reaches the shadow as
-``Unknown``. The shadow only waits on an observation when a statement reads its value
+The snapshot is the shadow's own ``PlainCopier``: what is not plain data reaches the
+shadow as ``Unknown`` (a whole result larger than ``MAX_SNAPSHOT_ITEMS`` container
+elements too: the copy is taken on the event loop and must not stall it). The shadow only waits on an observation when a statement reads its value
 (binding it, storing it in a list or passing it to ``print`` does not wait).
 """
 
@@ -28,11 +29,14 @@ from typing import Any, Awaitable, Callable
 
 import anyio
 
-from .keys import plain_snapshot
+from .shadow.copying import PlainCopier
+from .shadow.limits import LimitExceeded
 from .shadow.values import Unknown
 from .trace import Trace
 
-__all__ = ["Observation", "Observations"]
+__all__ = ["Observation", "Observations", "MAX_SNAPSHOT_ITEMS"]
+
+MAX_SNAPSHOT_ITEMS = 200_000
 
 
 class Observation:
@@ -99,9 +103,9 @@ class Observations:
             raise
         else:
             try:
-                obs.value = plain_snapshot(value)
-            except (ValueError, RecursionError):
-                obs.value = Unknown(f"{tool_name}() result is not plain data")
+                obs.value = PlainCopier(MAX_SNAPSHOT_ITEMS).copy(value)
+            except (LimitExceeded, RecursionError):
+                obs.value = Unknown(f"{tool_name}() result too large to copy")
             return value
         finally:   # cancelled too: the shadow then sees Unknown (it is being stopped)
             obs.done.set()

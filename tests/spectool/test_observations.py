@@ -5,6 +5,9 @@ import anyio
 import pytest
 
 import spectool
+from spectool.observations import Observations
+from spectool.shadow import Unknown
+from spectool.trace import Trace
 from rt_helpers import chunks, fenced
 
 GUIDE_LOOP = ("guide = labelling_guide()\n"
@@ -129,6 +132,7 @@ async def test_a_result_that_is_not_plain_data_stays_unknown(anyio_backend):
     res = await rt.run(chunks(fenced("d = load()\nr = q(str(d))\n"), 5))
     assert res.error is None and res.namespace["r"] == "doc"
     assert res.stats.dispatched == 0 and res.stats.misses == 1
+    assert not res.trace.of("launch") and not res.trace.of("join")
 
 
 @pytest.mark.anyio
@@ -153,3 +157,43 @@ async def test_identical_never_calls_are_observed_in_order(anyio_backend):
     # had both met the first, the shadow would have run q(0) a second time
     assert sorted(ran) == [0, 1]
     assert res.stats.wasted == res.stats.evicted == 0
+
+
+# -- the store side, directly -------------------------------------------------------------
+
+async def _observed(value, *, key="k"):
+    obs = Observations(Trace())
+    handle = obs.observe("tool", key)
+
+    async def run():
+        return value
+
+    got = await obs.run_real("tool", key, run)
+    assert got is value                  # the real run gets the very object
+    assert handle.done.is_set()
+    return handle.value
+
+
+@pytest.mark.anyio
+async def test_the_shadow_gets_a_copy_of_plain_results(anyio_backend):
+    value = {"rows": ["a", "b"], "n": 2}
+    seen = await _observed(value)
+    assert seen == value and seen is not value and seen["rows"] is not value["rows"]
+
+
+@pytest.mark.anyio
+async def test_results_too_large_or_not_plain_reach_the_shadow_as_unknown(
+        anyio_backend, monkeypatch):
+    monkeypatch.setattr(spectool.observations, "MAX_SNAPSHOT_ITEMS", 10)
+    assert isinstance(await _observed([str(i) for i in range(50)]), Unknown)
+    assert await _observed([str(i) for i in range(5)]) == ["0", "1", "2", "3", "4"]
+    assert isinstance(await _observed(object()), Unknown)
+
+
+@pytest.mark.anyio
+async def test_an_unfinished_observation_reads_as_unknown_after_the_turn(anyio_backend):
+    obs = Observations(Trace())
+    handle = obs.observe("tool", "k")
+    obs.close()
+    assert handle.done.is_set() and isinstance(handle.value, Unknown)
+    assert obs.observe("tool", "k") is None
