@@ -55,50 +55,36 @@ def tool_infos(tools: Mapping[str, Any]) -> dict[str, Any]:
 class _LoopHost:
     """The ``ShadowHost`` the interpreter sees from its worker thread.
 
-    Once ``closed`` (the turn is over) every call declines without hopping to the
-    event loop, which may no longer serve callbacks."""
+    Every method hops to the event loop, where the store lives. Once ``closed`` (the
+    turn is over) they decline without hopping: the loop may no longer serve
+    callbacks, and a thread waiting on one would never return."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self.closed = False
 
-    def launch(self, tool_name: str, args: tuple, kwargs: dict, *, origin: str = "statement"):
+    def _hop(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on the event loop; None once the turn is over."""
         if self.closed:
             return None
         try:
-            return anyio.from_thread.run_sync(
-                functools.partial(self._store.launch, tool_name, args, kwargs, origin=origin))
+            return anyio.from_thread.run_sync(functools.partial(fn, *args, **kwargs))
         except Exception:  # the turn is over (loop gone, store closed): decline
             return None
 
+    def launch(self, tool_name: str, args: tuple, kwargs: dict, *, origin: str = "statement"):
+        return self._hop(self._store.launch, tool_name, args, kwargs, origin=origin)
+
     def observe(self, tool_name: str, args: tuple, kwargs: dict):
         """A call the shadow may not start: wait for the real one (``Store.observe``)."""
-        if self.closed:
-            return None
-        try:
-            return anyio.from_thread.run_sync(
-                functools.partial(self._store.observe, tool_name, args, kwargs))
-        except Exception:
-            return None
+        return self._hop(self._store.observe, tool_name, args, kwargs)
 
     def lookahead(self, bets: list) -> None:
         """Bets on later loop iterations (``spectool.shadow.lookahead``)."""
-        wanted = _wanted(bets)
-        if self.closed:
-            return
-        try:
-            anyio.from_thread.run_sync(self._store.lookahead_bets, wanted)
-        except Exception:  # the turn is over: nothing to bet on
-            pass
+        self._hop(self._store.lookahead_bets, _wanted(bets))
 
     def lookahead_outcome(self, tool_name: str, args: tuple, kwargs: dict, occurrence: int):
-        if self.closed:
-            return None
-        try:
-            return anyio.from_thread.run_sync(functools.partial(
-                self._store.lookahead_outcome, tool_name, args, kwargs, occurrence))
-        except Exception:
-            return None
+        return self._hop(self._store.lookahead_outcome, tool_name, args, kwargs, occurrence)
 
 
 def _wanted(bets: Any) -> list[tuple[str, tuple, dict]]:
