@@ -78,6 +78,11 @@ _FIRST_WORD = re.compile(r"[ \t]*([A-Za-z_][A-Za-z0-9_]*|@)")
 _COMPOUND = frozenset({"if", "for", "while", "try", "with", "def", "class", "async", "@"})
 _CONTINUATION = frozenset({"else", "elif", "except", "finally"})
 _DEFINITION = frozenset({"def", "class", "async", "@"})
+# every non-empty prefix of a word that can continue an open compound statement
+# (``k.startswith(w)`` for some such ``k``  <=>  ``w`` in the set)
+_CONTINUATION_PREFIXES = frozenset(k[:i] for k in _CONTINUATION for i in range(1, len(k) + 1))
+_DECORATED_PREFIXES = _CONTINUATION_PREFIXES | frozenset(
+    k[:i] for k in _DEFINITION for i in range(1, len(k) + 1))
 _QUOTE_AT = re.compile(r"""'''|\"\"\"|'|\"""")
 _BRACKET = re.compile(r"[()\[\]{}]")
 # outside a string literal: what ends a run of plain code (brackets are counted per run)
@@ -371,8 +376,8 @@ class Segmenter:
             word = ""  # an operator or literal: not a keyword
         elif m.end() == len(head):
             partial_word = m.group(1)
-            keywords = _CONTINUATION | (_DEFINITION if cell.stmt_kind == "decorated" else frozenset())
-            if any(k.startswith(partial_word) for k in keywords):
+            prefixes = _DECORATED_PREFIXES if cell.stmt_kind == "decorated" else _CONTINUATION_PREFIXES
+            if partial_word in prefixes:
                 return  # may still grow into else/elif/except/finally (or def/class)
             word = partial_word
         else:

@@ -43,6 +43,11 @@ _FRESH_ITERATORS = frozenset({
     itertools.count, itertools.repeat, itertools.pairwise,
 })
 
+# canonical keys of recent one-string calls (see CallsMixin._launch)
+_key_memo: dict[str, str | None] = {}
+_KEY_MEMO_SIZE = 256
+_KEY_MEMO_MAX_CHARS = 100_000
+
 
 class CallsMixin:
     """Methods of ``ShadowInterpreter``; the state they use is defined there."""
@@ -53,7 +58,15 @@ class CallsMixin:
         args = None
         try:
             if type(func_node) is ast.Attribute:
-                receiver = yield from self._known(func_node.value, scope)
+                value_node = func_node.value
+                if type(value_node) is ast.Name:
+                    # self._known(value_node, scope) without a generator: the same
+                    # lookup, and the same wait/refusal for a pending/unknown value
+                    receiver = self._lookup(value_node.id, scope)
+                    if type(receiver) is Pending or type(receiver) is Unknown:
+                        receiver = yield from self._need(receiver)
+                else:
+                    receiver = yield from self._known(value_node, scope)
                 fn = self._getattr(receiver, func_node.attr)
             elif type(func_node) is ast.Name:
                 fn = self._lookup(func_node.id, scope)
@@ -83,7 +96,7 @@ class CallsMixin:
         else:
             if not node.keywords:  # names and constants only: no generator needed
                 args = tuple([arg.value if type(arg) is ast.Constant else self._lookup(arg.id, scope)
-                              for arg in node.args])
+                              for arg in node.args]) if node.args else ()
                 kwargs = {}
         if args is None:
             args, kwargs = yield from self._eval_args(node, scope)
@@ -101,6 +114,30 @@ class CallsMixin:
                 return (yield from self._call_function(fn, args, kwargs))  # type: ignore[arg-type]
             if t is ToolRef:
                 return (yield from self._call_tool(fn.info, args, kwargs))  # type: ignore[union-attr]
+            if t is SafeFunc and fn.special is None and fn.check is None and not kwargs and not settle:
+                # the SafeFunc branch of self._call in its usual case (no handler, no
+                # check, positional arguments only, nothing to settle first), the same
+                # steps in the same order with one generator less; any other case goes
+                # to self._call, which repeats the side-effect-free tests made here
+                for v in args:
+                    if type(v) is Unknown:
+                        raise _UnknownValue
+                raw = fn.raw  # type: ignore[union-attr]
+                for v in args:
+                    if type(v) not in _PLAIN_ARG:
+                        break
+                else:
+                    if not (self._peek and raw in _MUTATES_ARG) and raw not in _FUNCTION_APPLYING_LAZY:
+                        result = self._try(raw, args, kwargs)
+                        if result is _FAILED:
+                            result = yield from self._apply(raw, args, kwargs, failed=True)
+                        if fn.is_class and type(result) in MUTABLE_TYPES:  # type: ignore[union-attr]
+                            self._made(result)
+                        elif (self._peek and raw in _FRESH_ITERATORS and _is_iterator(result)
+                              and (raw is not iter or len(args) == 1)
+                              and not any(result is a for a in args)):
+                            self._made(result)
+                        return result
             return (yield from self._call(fn, args, kwargs, settle_first=settle))
         except (_UnknownValue, _Uncertain):
             if mutating or isinstance(fn, ShadowFunction) or type(fn) is Unknown:
@@ -119,7 +156,18 @@ class CallsMixin:
                 value = yield from self._known(arg.value, scope)
                 args.extend((yield from self._materialize(value)))
             else:
-                args.append((yield from self._eval_value(arg, scope)))
+                # self._eval_value(arg, scope) for a node that is neither a constant nor
+                # a name, inlined (one generator less per argument)
+                self._steps += 1
+                if self._steps >= self._next_check:
+                    self._step(0)
+                handler = self._expr_handlers.get(t)
+                if handler is None:
+                    raise ShadowDeclined(f"{t.__name__} is not evaluated in the shadow")
+                try:
+                    args.append((yield from handler(arg, scope)))
+                except _UnknownValue:
+                    args.append(Unknown("unknown expression"))
         kwargs: dict = {}
         if not node.keywords:
             return tuple(args), kwargs
@@ -322,7 +370,18 @@ class CallsMixin:
         return out
 
     def _launch(self, name: str, info: ToolInfo, args: tuple, kwargs: dict) -> object:
-        key = keys.call_key(args, kwargs)
+        if not kwargs and len(args) == 1 and type(args[0]) is str and len(args[0]) <= _KEY_MEMO_MAX_CHARS:
+            # the usual call, one prompt string: call_key is a pure function of the
+            # arguments and equal str values give the same key, so a remembered key is
+            # the one call_key would compute (tail peeks see the same prompts again)
+            key = _key_memo.get(args[0])
+            if key is None:
+                key = keys.call_key(args, kwargs)
+                if len(_key_memo) >= _KEY_MEMO_SIZE:
+                    _key_memo.clear()
+                _key_memo[args[0]] = key
+        else:
+            key = keys.call_key(args, kwargs)
         if key is None:
             raise _UnknownValue
         try:

@@ -36,6 +36,8 @@ from .internals import (
 
 __all__ = ["ExpressionsMixin"]
 
+_LATER = object()  # see ExpressionsMixin._known_now
+
 
 class ExpressionsMixin:
     """Methods of ``ShadowInterpreter``; the state they use is defined there."""
@@ -97,6 +99,20 @@ class ExpressionsMixin:
             raise _UnknownValue
         return value
 
+    def _known_now(self, node: ast.expr, scope: Scope) -> object:
+        """What ``_known(node)`` gives, computed without a generator, for a constant or
+        a name whose value is neither pending nor unknown; ``_LATER`` otherwise (the
+        caller then runs ``_known``, which repeats this side-effect-free lookup)."""
+        t = type(node)
+        if t is ast.Constant:
+            return node.value  # type: ignore[attr-defined]
+        if t is ast.Name:
+            value = self._lookup(node.id, scope)  # type: ignore[attr-defined]
+            t = type(value)
+            if t is not Pending and t is not Unknown:
+                return value
+        return _LATER
+
     def _truth(self, value: object):
         t = type(value)
         if t is bool:
@@ -109,7 +125,9 @@ class ExpressionsMixin:
         return result
 
     def _eval_Attribute(self, node: ast.Attribute, scope: Scope):
-        obj = yield from self._known(node.value, scope)
+        obj = self._known_now(node.value, scope)
+        if obj is _LATER:
+            obj = yield from self._known(node.value, scope)
         return self._getattr(obj, node.attr)
 
     def _getattr(self, obj: object, name: str) -> object:
@@ -150,12 +168,23 @@ class ExpressionsMixin:
         if isinstance(node, ast.Slice):
             parts = []
             for part in (node.lower, node.upper, node.step):
-                parts.append(None if part is None else (yield from self._known(part, scope)))
+                if part is None:
+                    parts.append(None)
+                    continue
+                value = self._known_now(part, scope)
+                if value is _LATER:
+                    value = yield from self._known(part, scope)
+                parts.append(value)
             return slice(*parts)
-        return (yield from self._known(node, scope))
+        value = self._known_now(node, scope)
+        if value is _LATER:
+            value = yield from self._known(node, scope)
+        return value
 
     def _eval_Subscript(self, node: ast.Subscript, scope: Scope):
-        obj = yield from self._known(node.value, scope)
+        obj = self._known_now(node.value, scope)
+        if obj is _LATER:
+            obj = yield from self._known(node.value, scope)
         key = yield from self._subscript_key(node.slice, scope)
         if type(obj) not in _DATA_TYPES:
             raise ShadowDeclined(f"subscript of a {type(obj).__name__}")
@@ -176,8 +205,12 @@ class ExpressionsMixin:
         return (yield from self._apply(operator.getitem, (obj, key)))
 
     def _eval_BinOp(self, node: ast.BinOp, scope: Scope):
-        left = yield from self._known(node.left, scope)
-        right = yield from self._known(node.right, scope)
+        left = self._known_now(node.left, scope)
+        if left is _LATER:
+            left = yield from self._known(node.left, scope)
+        right = self._known_now(node.right, scope)
+        if right is _LATER:
+            right = yield from self._known(node.right, scope)
         return (yield from self._binop(node.op, left, right))
 
     def _binop(self, op: ast.operator, left: object, right: object, inplace: bool = False):
@@ -316,7 +349,9 @@ class ExpressionsMixin:
                 parts.append(part.value)
                 continue
             assert type(part) is ast.FormattedValue
-            value = yield from self._known(part.value, scope)
+            value = self._known_now(part.value, scope)
+            if value is _LATER:
+                value = yield from self._known(part.value, scope)
             if type(value) not in _DATA_TYPES and not isinstance(value, BaseException):
                 raise ShadowDeclined("formatting a non-data value")
             conv = part.conversion

@@ -95,6 +95,8 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         self._peek_cache: tuple | None = None
         self._tail_memo: tuple | None = None
         self._tail_relevant: tuple | None = None  # (names, version, relevant) of the last peek
+        self._tail_names: tuple | None = None  # (tail, callee names of the whole tail)
+        self._tail_any: tuple | None = None  # (names, version, relevant) of the whole tail
         self._handling: list[BaseException] = []
         self._loop_frames: list = []  # module-level for loops running (lookahead.LoopFrame)
         self._peek_known = None  # lookahead peek: (tool, args, kwargs, occurrence) -> value | None
@@ -276,6 +278,9 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
                     raise _UserError(NameError(f"free variable {name!r} referenced before assignment"))
                 innermost = False
             s = s.parent  # type: ignore[assignment]
+        g = self._module.vars
+        if name in g:  # what self._global does first, without the call
+            return g[name]
         return self._global(name)
 
     def _owner(self, name: str, scope: Scope) -> Scope:
@@ -296,7 +301,13 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
 
     def _store(self, name: str, value: object, scope: Scope) -> None:
         # a comprehension binds its targets in its own scope (walrus goes to the parent)
-        target = scope if scope.kind == "comp" else self._owner(name, scope)
+        kind = scope.kind
+        if kind == "comp":
+            target = scope
+        elif kind == "module":
+            target = self._module  # what self._owner returns for a module scope
+        else:
+            target = self._owner(name, scope)
         target.vars[name] = value
         if target is self._module:
             self._deleted.discard(name)

@@ -21,6 +21,7 @@ from .internals import (
     _CONTROL,
     _Continue,
     _DATA_TYPES,
+    _FAILED,
     _PeekDone,
     _Return,
     _SAFE_EXCEPTIONS,
@@ -71,7 +72,21 @@ class StatementsMixin:
             raise _Uncertain
 
     def _exec_Expr(self, node: ast.Expr, scope: Scope):
-        yield from self._eval(node.value, scope)
+        # self._eval(node.value, scope), inlined (one generator less per statement)
+        value = node.value
+        self._steps += 1
+        if self._steps >= self._next_check:
+            self._step(0)
+        t = type(value)
+        if t is ast.Constant:
+            return
+        if t is ast.Name:
+            self._lookup(value.id, scope)
+            return
+        handler = self._expr_handlers.get(t)
+        if handler is None:
+            raise ShadowDeclined(f"{t.__name__} is not evaluated in the shadow")
+        yield from handler(value, scope)
 
     def _exec_Pass(self, node: ast.Pass, scope: Scope):
         return
@@ -96,7 +111,24 @@ class StatementsMixin:
     _exec_Nonlocal = _exec_Global
 
     def _exec_Assign(self, node: ast.Assign, scope: Scope):
-        value = yield from self._eval_value(node.value, scope)
+        # self._eval_value(node.value, scope), inlined (one generator less per statement)
+        value_node = node.value
+        t = type(value_node)
+        if t is ast.Constant:
+            value = value_node.value
+        elif t is ast.Name:
+            value = self._lookup(value_node.id, scope)
+        else:
+            self._steps += 1
+            if self._steps >= self._next_check:
+                self._step(0)
+            handler = self._expr_handlers.get(t)
+            if handler is None:
+                raise ShadowDeclined(f"{t.__name__} is not evaluated in the shadow")
+            try:
+                value = yield from handler(value_node, scope)
+            except _UnknownValue:
+                value = Unknown("unknown expression")
         for target in node.targets:
             if type(target) is ast.Name:  # what _assign does for a name, without a generator
                 self._store(target.id, value, scope)
@@ -176,7 +208,11 @@ class StatementsMixin:
             except _UnknownValue:
                 self._taint(_target_names(target), scope)
                 raise
-            yield from self._apply(operator.setitem, (obj, key, value))
+            # self._apply(operator.setitem, ...) with a first attempt that needs no
+            # generator (as in _eval_Subscript): on failure _apply continues exactly
+            # where its own first attempt would
+            if self._try(operator.setitem, (obj, key, value)) is _FAILED:
+                yield from self._apply(operator.setitem, (obj, key, value), failed=True)
         elif isinstance(target, ast.Starred):
             yield from self._assign(target.value, value, scope)
         else:

@@ -71,38 +71,67 @@ def split_tail(tail: str) -> tuple[str, str]:
     return complete, "\n".join(lines[end:])
 
 
+# outside a string: what starts a comment or a string literal
+_CODE_SPECIAL = re.compile(r"[#'\"]")
+# the body of a string opened by each delimiter, up to its closing delimiter or the end
+# of the text: a backslash always takes the next character with it (even a newline)
+_STRING_BODY = {q: re.compile(r"(?:\\.|(?!%s).)*" % re.escape(q), re.S)
+                for q in ("'", '"', "'''", '"""')}
+_ESCAPE_PAIR = re.compile(r"\\.", re.S)
+_NOT_NEWLINE = re.compile(r"[^\n]+")
+# an opening parenthesis with the identifier characters (and spaces) right before it,
+# or any other bracket
+_BRACKET_OR_CALL = re.compile(r"(?:([A-Za-z0-9_.]+) *)?\(|([)\[\]{}])")
+
+
+def _blank_body(body: str) -> str:
+    """A string literal's body blanked: every character but a newline becomes a space,
+    and so does a newline escaped by a backslash."""
+    if "\n" not in body:
+        return " " * len(body)
+    out = _NOT_NEWLINE.sub(lambda m: " " * len(m.group()), body)
+    if "\\\n" in body:
+        chars = list(out)
+        for m in _ESCAPE_PAIR.finditer(body):  # the pairs, from the body's start
+            if body[m.start() + 1] == "\n":
+                chars[m.start() + 1] = " "
+        out = "".join(chars)
+    return out
+
+
 def _blank_strings(text: str) -> str:
-    """The text with string contents and comments replaced by spaces (same length)."""
-    out = list(text)
+    """The text with string contents and comments replaced by spaces (same length).
+
+    Scans with regular expressions, run by run: code up to the next ``#`` or quote is
+    kept, a comment is blanked up to its line end, a string keeps its delimiters and
+    has its body blanked (``_blank_body``); an unterminated string runs to the end."""
+    parts: list[str] = []
     i, n = 0, len(text)
-    quote: str | None = None
+    search = _CODE_SPECIAL.search
     while i < n:
-        ch = text[i]
-        if quote is None:
-            if ch == "#":
-                j = text.find("\n", i)
-                j = n if j == -1 else j
-                out[i:j] = " " * (j - i)
-                i = j
-                continue
-            if ch in "'\"":
-                quote = text[i:i + 3] if text[i:i + 3] in ("'''", '"""') else ch
-                i += len(quote)
-                continue
-            i += 1
+        m = search(text, i)
+        if m is None:
+            parts.append(text[i:])
+            break
+        s = m.start()
+        parts.append(text[i:s])
+        ch = text[s]
+        if ch == "#":
+            j = text.find("\n", s)
+            j = n if j == -1 else j
+            parts.append(" " * (j - s))
+            i = j
             continue
-        if ch == "\\":
-            out[i:i + 2] = " " * len(out[i:i + 2])
-            i += 2
-            continue
-        if text.startswith(quote, i):
-            i += len(quote)
-            quote = None
-            continue
-        if ch != "\n":
-            out[i] = " "
-        i += 1
-    return "".join(out)
+        quote = text[s:s + 3] if text[s:s + 3] in ("'''", '"""') else ch
+        parts.append(quote)
+        b = s + len(quote)
+        e = _STRING_BODY[quote].match(text, b).end()
+        parts.append(_blank_body(text[b:e]))
+        if e >= n:
+            break
+        parts.append(quote)  # the body stopped at its closing delimiter
+        i = e + len(quote)
+    return "".join(parts)
 
 
 def complete_calls(text: str) -> list[tuple[int, int]]:
@@ -111,23 +140,21 @@ def complete_calls(text: str) -> list[tuple[int, int]]:
     code = _blank_strings(text)
     spans: list[tuple[int, int]] = []
     stack: list[tuple[int, int | None]] = []  # (index of "(", start of callee or None)
-    for i, ch in enumerate(code):
-        if ch in "([{":
+    for m in _BRACKET_OR_CALL.finditer(code):  # no other character changes the stack
+        ch = m.group(2)
+        if ch is None:  # "(" with the run of identifier characters before it (spaces
+            # between allowed): the leftmost match starts where that run starts
+            callee = m.group(1)
             start = None
-            if ch == "(":
-                j = i
-                while j > 0 and code[j - 1] == " ":
-                    j -= 1
-                k = j
-                while k > 0 and _IDENT_CHAR.match(code[k - 1]):
-                    k -= 1
-                if k < j and not code[k].isdigit() and code[k] != ".":
-                    start = k
-            stack.append((i, start))
-        elif ch in ")]}" and stack:
+            if callee is not None and not callee[0].isdigit() and callee[0] != ".":
+                start = m.start()
+            stack.append((m.end() - 1, start))
+        elif ch in "[{":
+            stack.append((m.start(), None))
+        elif stack:
             _, start = stack.pop()
             if ch == ")" and start is not None:
-                spans.append((start, i + 1))
+                spans.append((start, m.end()))
     spans.sort()
     outer: list[tuple[int, int]] = []
     for span in spans:
@@ -187,16 +214,37 @@ def _parse(source: str) -> ast.Module | None:
 
 def _callee_names_after(head: str, more: str) -> set[str]:
     """Names ``_CALLEE`` finds in ``head + more`` that a scan of ``head`` alone does
-    not (``head`` ends a logical line). Only a match made of the identifier and
-    whitespace run at the end of ``head`` can cross into ``more``, so scanning from
-    that run's identifier start finds exactly the new matches."""
-    stripped = head.rstrip()
-    start = len(stripped)
-    while start and (stripped[start - 1].isalnum() or stripped[start - 1] == "_"):
+    not. Only a match made of the identifier and whitespace run at the end of
+    ``head`` can cross into ``more``, so scanning from that run's identifier start
+    finds exactly the new matches (a match depends on what precedes it only through
+    the one character before it, which is not an identifier character there). This
+    holds wherever ``head`` ends (the end of a logical line, or of an earlier tail)."""
+    end = len(head)
+    while end and head[end - 1].isspace():  # what head.rstrip() strips, without a copy
+        end -= 1
+    start = end
+    while start and (head[start - 1].isalnum() or head[start - 1] == "_"):
         start -= 1
     if start == len(head):
         return set(_CALLEE_SCAN.findall(more))
     return set(_CALLEE_SCAN.findall(head[start:] + more))
+
+
+def _tail_names(interp: "ShadowInterpreter", tail: str) -> frozenset[str]:
+    """The callee names ``_CALLEE_SCAN`` finds in the whole tail, kept up to date as
+    the tail grows (see ``_callee_names_after``); the same object while unchanged."""
+    memo = interp._tail_names
+    if memo is not None and tail.startswith(memo[0]):
+        head, names = memo
+        if len(tail) == len(head):
+            return names
+        new = _callee_names_after(head, tail[len(head):])
+        if not new <= names:
+            names = names | new
+    else:
+        names = frozenset(_CALLEE_SCAN.findall(tail))
+    interp._tail_names = (tail, names)
+    return names
 
 
 def _split_memo(interp: "ShadowInterpreter", tail: str) -> tuple[str, str, frozenset[str]]:
@@ -228,6 +276,19 @@ def peek_tail(interp: "ShadowInterpreter", tail: str) -> list[TailBet]:
     """Bets for the open tail of a cell (see the module docstring)."""
     if interp.stopped or not tail or tail.isspace() or _DEFINITION.match(tail):
         return []  # a definition's body does not run while it is being defined
+    # Fast exit: the callee names of the whole tail include those of its complete part
+    # and those of its unfinished line (a scan of the whole finds every match a scan
+    # of either part finds), so when none of them is relevant neither test below can
+    # pass and the answer is [] as well; the split is then not needed.
+    every = _tail_names(interp, tail)
+    known = interp._tail_any
+    if known is not None and known[0] is every and known[1] == interp._version:
+        any_relevant = known[2]
+    else:
+        any_relevant = _relevant(interp, every)
+        interp._tail_any = (every, interp._version, any_relevant)
+    if not any_relevant:
+        return []
     complete, partial, names = _split_memo(interp, tail)
     # names of the complete part rarely change: reuse the last answer for the same
     # names while the state (its version) is the same
