@@ -209,6 +209,7 @@ async def check_lossless(message: str, sizes: list[int], latencies: dict[int, fl
     for mode in ("lazy", "spec"):
         world, res = await run_mode(mode, message, sizes, latencies, pace, executor)
         stats_by_mode[mode] = res.stats
+        stats_by_mode[f"{mode}_observed"] = len(res.trace.of("observe"))
         assert plain_namespace(res.namespace) == plain_namespace(base.namespace), mode
         assert res.stdout == base.stdout, mode
         assert describe(res.error) == describe(base.error), mode
@@ -226,7 +227,7 @@ async def check_lossless(message: str, sizes: list[int], latencies: dict[int, fl
     return stats_by_mode
 
 
-SEEN = {"examples": 0, "spec_hits": 0, "lazy_hits": 0}
+SEEN = {"examples": 0, "spec_hits": 0, "lazy_hits": 0, "observed": 0}
 
 
 @pytest.mark.anyio
@@ -241,6 +242,7 @@ async def test_spec_and_lazy_are_lossless(anyio_backend, message, sizes, latenci
     SEEN["examples"] += 1
     SEEN["spec_hits"] += stats["spec"].hits
     SEEN["lazy_hits"] += stats["lazy"].hits
+    SEEN["observed"] += stats["spec_observed"] + stats["lazy_observed"]
 
 
 @pytest.mark.anyio
@@ -253,10 +255,11 @@ async def test_lossless_with_the_subprocess_executor(anyio_backend, message, siz
 
 
 def test_property_run_exercised_speculation():
-    """Guard against a vacuous property: the examples above really produced hits."""
+    """Guard against a vacuous property: the examples above really produced hits and
+    observed never-tool results."""
     if SEEN["examples"] == 0:
         pytest.skip("the property test did not run in this session")
-    assert SEEN["spec_hits"] > 0 and SEEN["lazy_hits"] > 0, SEEN
+    assert SEEN["spec_hits"] > 0 and SEEN["lazy_hits"] > 0 and SEEN["observed"] > 0, SEEN
 
 
 # -- negative control: a store that merges identical stochastic calls ---------------------
