@@ -72,6 +72,31 @@ class CellClosed:
 
 SegmentEvent = CellOpened | StatementClosed | TailChanged | CellClosed
 
+_new_object = object.__new__
+
+
+def _statement_closed(cell: int, index: int, source: str, lineno: int, tree: ast.Module) -> StatementClosed:
+    """``StatementClosed(cell, index, source, lineno, tree)``, built without the frozen
+    dataclass ``__init__`` (which stores each field in the instance dict through
+    ``object.__setattr__``): the same fields in the same instance dict, faster."""
+    event = _new_object(StatementClosed)
+    d = event.__dict__
+    d["cell"] = cell
+    d["index"] = index
+    d["source"] = source
+    d["lineno"] = lineno
+    d["tree"] = tree
+    return event
+
+
+def _tail_changed(cell: int, tail: str) -> TailChanged:
+    """``TailChanged(cell, tail)``, built as ``_statement_closed`` builds its event."""
+    event = _new_object(TailChanged)
+    d = event.__dict__
+    d["cell"] = cell
+    d["tail"] = tail
+    return event
+
 _OPEN_FENCE = re.compile(r"^([ \t]*)(`{3,})[ \t]*([A-Za-z0-9_+.-]*)[^`]*$")
 _CLOSE_FENCE = re.compile(r"^[ \t]*`{3,}[ \t]*$")
 _FIRST_WORD = re.compile(r"[ \t]*([A-Za-z_][A-Za-z0-9_]*|@)")
@@ -309,7 +334,8 @@ class Segmenter:
 
     def _code_line(self, cell: _Cell, raw: str, events: list[SegmentEvent]) -> None:
         line = raw[len(cell.indent):] if raw.startswith(cell.indent) else raw.lstrip(" \t")
-        cell.lines.append(line + "\n")
+        text = line + "\n"
+        cell.lines.append(text)
         lineno = len(cell.lines)
         if cell.broken:
             return
@@ -320,7 +346,7 @@ class Segmenter:
             stripped = line.strip()
             if not stripped or stripped.startswith("#"):
                 if cell.stmt_lines:  # blank line or comment inside a compound statement
-                    cell.stmt_lines.append(line + "\n")
+                    cell.stmt_lines.append(text)
                     cell.trivia += 1
                 return
             top = not line[0].isspace()
@@ -341,7 +367,7 @@ class Segmenter:
                     cell.broken = True
                     return
                 self._begin_statement(cell, word, lineno)
-        cell.stmt_lines.append(line + "\n")
+        cell.stmt_lines.append(text)
         cell.trivia = 0
         ended = lexer.feed_line(line)
         if ended and cell.stmt_kind == "maybe_match":
@@ -413,7 +439,7 @@ class Segmenter:
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             cell.broken = True
             return
-        events.append(StatementClosed(cell.number, cell.statements, source, lineno, tree))
+        events.append(_statement_closed(cell.number, cell.statements, source, lineno, tree))
         cell.statements += 1
 
     def _finish_cell(self, events: list[SegmentEvent], complete: bool) -> None:
@@ -432,4 +458,4 @@ class Segmenter:
         tail = "".join(cell.stmt_lines) + "".join(self._partial)
         if tail != cell.tail_sent:
             cell.tail_sent = tail
-            events.append(TailChanged(cell.number, tail))
+            events.append(_tail_changed(cell.number, tail))

@@ -43,6 +43,23 @@ _FRESH_ITERATORS = frozenset({
     itertools.count, itertools.repeat, itertools.pairwise,
 })
 
+_parameters_cache: dict[int, tuple[ast.arguments, tuple[str, ...], bool]] = {}
+
+
+def _parameters(a: ast.arguments) -> tuple[tuple[str, ...], bool]:
+    """(names of the positional parameters, whether there are no others), cached per
+    node (the node is kept so its id stays unique)."""
+    hit = _parameters_cache.get(id(a))
+    if hit is not None and hit[0] is a:
+        return hit[1], hit[2]
+    positional = tuple(p.arg for p in a.posonlyargs + a.args)
+    simple = a.vararg is None and a.kwarg is None and not a.kwonlyargs
+    if len(_parameters_cache) >= 4096:
+        _parameters_cache.clear()
+    _parameters_cache[id(a)] = (a, positional, simple)
+    return positional, simple
+
+
 # canonical keys of recent one-string calls (see CallsMixin._launch)
 _key_memo: dict[str, str | None] = {}
 _KEY_MEMO_SIZE = 256
@@ -276,7 +293,13 @@ class CallsMixin:
 
     def _bind(self, fn: ShadowFunction, args: tuple, kwargs: dict, out: dict) -> None:
         a = fn.node.args
-        positional = [p.arg for p in a.posonlyargs + a.args]
+        positional, simple = _parameters(a)
+        if simple and not kwargs and len(args) == len(positional):
+            # only positional parameters, each given once: what the general path below
+            # does in this case (no varargs, keywords, defaults or errors to consider)
+            for name, value in zip(positional, args):
+                out[name] = value
+            return
         n_defaults = len(fn.defaults)
         for i, name in enumerate(positional):
             if i < len(args):

@@ -37,6 +37,7 @@ from .internals import (
 __all__ = ["ExpressionsMixin"]
 
 _LATER = object()  # see ExpressionsMixin._known_now
+_CONV_R, _CONV_S, _CONV_A = ord("r"), ord("s"), ord("a")  # FormattedValue.conversion
 
 
 class ExpressionsMixin:
@@ -352,14 +353,19 @@ class ExpressionsMixin:
             value = self._known_now(part.value, scope)
             if value is _LATER:
                 value = yield from self._known(part.value, scope)
+            conv = part.conversion
+            if type(value) is str and conv == -1 and part.format_spec is None:
+                # format(s, "") of an exact str is s itself and cannot fail: what the
+                # general path below gives (the same accounting, in the same order)
+                parts.append(self._account(value))
+                continue
             if type(value) not in _DATA_TYPES and not isinstance(value, BaseException):
                 raise ShadowDeclined("formatting a non-data value")
-            conv = part.conversion
-            if conv == ord("r"):
+            if conv == _CONV_R:
                 value = yield from self._apply(repr, (value,))
-            elif conv == ord("s"):
+            elif conv == _CONV_S:
                 value = yield from self._apply(str, (value,))
-            elif conv == ord("a"):
+            elif conv == _CONV_A:
                 value = yield from self._apply(ascii, (value,))
             spec = ""
             if part.format_spec is not None:

@@ -153,9 +153,17 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         self._version += 1
         status, detail = "ok", ""
         self._reset_budget()
+        handlers = self._stmt_handlers
         for stmt in tree.body:
             try:
-                yield from self._exec(stmt, self._module)
+                # self._exec(stmt, self._module), inlined (one generator less)
+                self._steps += 1
+                if self._steps >= self._next_check:
+                    self._step(0)
+                handler = handlers.get(type(stmt))
+                if handler is None:
+                    raise ShadowDeclined(f"{type(stmt).__name__} is not evaluated in the shadow")
+                yield from handler(stmt, self._module)
             except _UserError as err:
                 status, detail = "error", f"{type(err.exc).__name__}: {err.exc}"
                 self._dead = True

@@ -16,6 +16,7 @@ from .copying import MUTABLE_TYPES
 from .limits import LimitExceeded, ShadowDeclined
 from .scope import Scope, ShadowFunction
 from .values import Touched, Unknown
+from .expressions import _LATER
 from .internals import (
     _Break,
     _CONTROL,
@@ -101,7 +102,16 @@ class StatementsMixin:
         yield  # pragma: no cover
 
     def _exec_Return(self, node: ast.Return, scope: Scope):
-        value = None if node.value is None else (yield from self._eval_value(node.value, scope))
+        value_node = node.value
+        t = type(value_node)
+        if value_node is None:
+            value = None
+        elif t is ast.Constant:  # what _eval_value does for these, without a generator
+            value = value_node.value
+        elif t is ast.Name:
+            value = self._lookup(value_node.id, scope)
+        else:
+            value = yield from self._eval_value(value_node, scope)
         raise _Return(value)
 
     def _exec_Global(self, node: ast.Global, scope: Scope):
@@ -201,7 +211,9 @@ class StatementsMixin:
             for elt, item in zip(target.elts[s + 1:], items[len(items) - after:]):
                 yield from self._assign(elt, item, scope)
         elif isinstance(target, ast.Subscript):
-            obj = yield from self._known(target.value, scope)
+            obj = self._known_now(target.value, scope)
+            if obj is _LATER:
+                obj = yield from self._known(target.value, scope)
             self._check_mutable(obj, target)
             try:
                 key = yield from self._subscript_key(target.slice, scope)
@@ -266,7 +278,9 @@ class StatementsMixin:
             frame.iterable = iterable
         broke = False
         while True:
-            self._step()
+            self._steps += 1  # self._step(), inlined
+            if self._steps >= self._next_check:
+                self._step(0)
             if self._peek:
                 self._peek_iterations += 1
                 if self._peek_iterations > self._limits.max_tail_iterations:

@@ -238,11 +238,13 @@ def _tail_names(interp: "ShadowInterpreter", tail: str) -> frozenset[str]:
         head, names = memo
         if len(tail) == len(head):
             return names
-        new = _callee_names_after(head, tail[len(head):])
-        if not new <= names:
-            names = names | new
-    else:
-        names = frozenset(_CALLEE_SCAN.findall(tail))
+        added = tail[len(head):]
+        if "(" in added:  # (every new match would end with a "(" of the added text)
+            new = _callee_names_after(head, added)
+            if not new <= names:
+                names = names | new
+    else:  # (every match ends with a "(")
+        names = frozenset(_CALLEE_SCAN.findall(tail)) if "(" in tail else frozenset()
     interp._tail_names = (tail, names)
     return names
 
