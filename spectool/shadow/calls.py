@@ -83,7 +83,20 @@ class CallsMixin:
                     if type(receiver) is Pending or type(receiver) is Unknown:
                         receiver = yield from self._need(receiver)
                 else:
-                    receiver = yield from self._known(value_node, scope)
+                    # self._known(value_node, scope), inlined (one generator less)
+                    t = type(value_node)
+                    if t is ast.Constant:
+                        receiver = value_node.value
+                    else:
+                        self._steps += 1
+                        if self._steps >= self._next_check:
+                            self._step(0)
+                        handler = self._expr_handlers.get(t)
+                        if handler is None:
+                            raise ShadowDeclined(f"{t.__name__} is not evaluated in the shadow")
+                        receiver = yield from handler(value_node, scope)
+                    if type(receiver) is Pending or type(receiver) is Unknown:
+                        receiver = yield from self._need(receiver)
                 fn = self._getattr(receiver, func_node.attr)
             elif type(func_node) is ast.Name:
                 fn = self._lookup(func_node.id, scope)

@@ -37,6 +37,12 @@ from .internals import (
 __all__ = ["ExpressionsMixin"]
 
 _LATER = object()  # see ExpressionsMixin._known_now
+# exact builtin types whose instances carry no attributes of their own
+_NO_INSTANCE_ATTRIBUTES = frozenset({str, bytes, int, float, complex, bool, list, tuple, dict,
+                                     set, frozenset})
+_BUILTIN_METHOD = type("".strip)
+# (type, method name) pairs that _getattr has seen offered as SafeFunc(name, raw, None)
+_CHECKLESS_METHODS: set[tuple[type, str]] = set()
 _CONV_R, _CONV_S, _CONV_A = ord("r"), ord("s"), ord("a")  # FormattedValue.conversion
 
 
@@ -132,6 +138,13 @@ class ExpressionsMixin:
         return self._getattr(obj, node.attr)
 
     def _getattr(self, obj: object, name: str) -> object:
+        if (type(obj), name) in _CHECKLESS_METHODS:
+            # seen before for this exact builtin type: the attribute is a bound builtin
+            # method the policy offers without a check (a type whose instances have no
+            # attributes of their own gives the same kind of attribute every time, and
+            # the policy depends only on the type and the name), so the path below
+            # would build exactly this
+            return SafeFunc(name, getattr(obj, name), None)
         if name.startswith("_"):
             if name == "__name__" and type(obj) in (SafeFunc, ShadowFunction):
                 return obj.name  # type: ignore[union-attr]  # e.g. type(e).__name__
@@ -162,7 +175,15 @@ class ExpressionsMixin:
             return raw
         if callable(raw):
             policy = method_policy(owner, name, raw)
-            return policy if policy is not None else Unknown(f"{name} is not offered")
+            if policy is None:
+                return Unknown(f"{name} is not offered")
+            if (owner is obj and t in _NO_INSTANCE_ATTRIBUTES and type(raw) is _BUILTIN_METHOD
+                    and policy.check is None and policy.special is None and not policy.is_class
+                    and policy.raw is raw and policy.name == name):
+                if len(_CHECKLESS_METHODS) >= 1024:
+                    _CHECKLESS_METHODS.clear()
+                _CHECKLESS_METHODS.add((t, name))
+            return policy
         return Unknown(f"attribute {name}")
 
     def _subscript_key(self, node: ast.expr, scope: Scope):
@@ -186,7 +207,13 @@ class ExpressionsMixin:
         obj = self._known_now(node.value, scope)
         if obj is _LATER:
             obj = yield from self._known(node.value, scope)
-        key = yield from self._subscript_key(node.slice, scope)
+        key_node = node.slice
+        if type(key_node) is not ast.Slice:  # what _subscript_key does, without a generator
+            key = self._known_now(key_node, scope)
+            if key is _LATER:
+                key = yield from self._known(key_node, scope)
+        else:
+            key = yield from self._subscript_key(key_node, scope)
         if type(obj) not in _DATA_TYPES:
             raise ShadowDeclined(f"subscript of a {type(obj).__name__}")
         if type(key) is not slice and type(obj) in (list, tuple, str, dict):
@@ -212,19 +239,30 @@ class ExpressionsMixin:
         right = self._known_now(node.right, scope)
         if right is _LATER:
             right = yield from self._known(node.right, scope)
-        return (yield from self._binop(node.op, left, right))
+        # self._binop(node.op, left, right) without a generator unless the first
+        # attempt fails
+        result = self._binop_now(node.op, left, right)
+        if result is _FAILED:
+            result = yield from self._apply(_BINOPS[type(node.op)], (left, right), failed=True)
+        return result
 
     def _binop(self, op: ast.operator, left: object, right: object, inplace: bool = False):
+        result = self._binop_now(op, left, right, inplace)
+        if result is _FAILED:
+            fn = (_INPLACE if inplace else _BINOPS)[type(op)]
+            result = yield from self._apply(fn, (left, right), failed=True)
+        return result
+
+    def _binop_now(self, op: ast.operator, left: object, right: object, inplace: bool = False) -> object:
+        """The checks of a binary operation and one attempt at it (``_try``): the
+        value, or ``_FAILED`` (``_binop`` then settles and retries through ``_apply``)."""
         for v in (left, right):
             if type(v) not in _DATA_TYPES and not isinstance(v, BaseException):
                 if not (isinstance(v, SafeFunc) and v.is_class and type(op) is ast.BitOr):
                     raise ShadowDeclined(f"operator on a {type(v).__name__}")
         self._check_binop_size(op, left, right)
         fn = (_INPLACE if inplace else _BINOPS)[type(op)]
-        result = self._try(fn, (left, right))
-        if result is _FAILED:
-            result = yield from self._apply(fn, (left, right), failed=True)
-        return result
+        return self._try(fn, (left, right))
 
     def _check_binop_size(self, op: ast.operator, left: object, right: object) -> None:
         limits = self._limits

@@ -59,6 +59,9 @@ from .statements import StatementsMixin
 
 __all__ = ["ShadowInterpreter", "StatementRecord"]
 
+# types _settle returns unchanged with nothing resolved and nothing unknown
+_SETTLED = frozenset({str, int, float, bool, type(None), bytes})
+
 # CPU time of the running thread: the budget is the shadow's own work, whatever the
 # machine's load (a generator step runs in one thread; each resume restarts the clock)
 _clock = time.thread_time
@@ -410,10 +413,13 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
             return value, resolved, unknown
         items = []
         for item in value:  # type: ignore[union-attr]
-            new, n, u = yield from self._settle(item, seen)
-            items.append(new)
-            resolved += n
-            unknown = unknown or u
+            if type(item) not in _SETTLED:  # what _settle(item) does for others: nothing
+                new, n, u = yield from self._settle(item, seen)
+                items.append(new)
+                resolved += n
+                unknown = unknown or u
+            else:
+                items.append(item)
         return (tuple(items) if resolved else value), resolved, unknown
 
     def _settle_call(self, args: tuple, kwargs: dict) -> Generator[WaitFor, Outcome, tuple[tuple, dict, int, bool]]:
