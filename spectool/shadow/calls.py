@@ -80,7 +80,9 @@ class CallsMixin:
                     # self._known(value_node, scope) without a generator: the same
                     # lookup, and the same wait/refusal for a pending/unknown value
                     receiver = self._lookup(value_node.id, scope)
-                    if type(receiver) is Pending or type(receiver) is Unknown:
+                    if type(receiver) is Unknown:
+                        raise _UnknownValue  # what self._need(receiver) raises
+                    if type(receiver) is Pending:
                         receiver = yield from self._need(receiver)
                 else:
                     # self._known(value_node, scope), inlined (one generator less)
@@ -95,7 +97,9 @@ class CallsMixin:
                         if handler is None:
                             raise ShadowDeclined(f"{t.__name__} is not evaluated in the shadow")
                         receiver = yield from handler(value_node, scope)
-                    if type(receiver) is Pending or type(receiver) is Unknown:
+                    if type(receiver) is Unknown:
+                        raise _UnknownValue  # what self._need(receiver) raises
+                    if type(receiver) is Pending:
                         receiver = yield from self._need(receiver)
                 fn = self._getattr(receiver, func_node.attr)
             elif type(func_node) is ast.Name:
@@ -125,8 +129,10 @@ class CallsMixin:
                 break
         else:
             if not node.keywords:  # names and constants only: no generator needed
-                args = tuple([arg.value if type(arg) is ast.Constant else self._lookup(arg.id, scope)
-                              for arg in node.args]) if node.args else ()
+                values = []
+                for arg in node.args:
+                    values.append(arg.value if type(arg) is ast.Constant else self._lookup(arg.id, scope))
+                args = tuple(values)
                 kwargs = {}
         if args is None:
             args, kwargs = yield from self._eval_args(node, scope)

@@ -77,6 +77,10 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         self._toolrefs = {name: ToolRef(info) for name, info in self._tools.items()}
         self._host = host
         self._limits = limits
+        # the limits _account reads on every value (Limits is frozen: these never change)
+        self._max_int_bits = limits.max_int_bits
+        self._max_memory_bytes = limits.max_memory_bytes
+        self._max_statement_alloc_bytes = limits.max_statement_alloc_bytes
         self._copier = PlainCopier(limits.max_namespace_items)
         self._globals: dict[str, object] = {}
         self._deleted: set[str] = set()
@@ -239,15 +243,15 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         elif t is list or t is tuple or t is dict or t is set or t is frozenset:
             size = 8 * len(value)  # type: ignore[arg-type]
         elif t is int:
-            if value.bit_length() > self._limits.max_int_bits:  # type: ignore[union-attr]
+            if value.bit_length() > self._max_int_bits:  # type: ignore[union-attr]
                 raise LimitExceeded("integer too large")
             return value
         else:
             return value
-        if size > self._limits.max_memory_bytes:
+        if size > self._max_memory_bytes:
             raise LimitExceeded("value too large")
         self._alloc += size
-        if self._alloc > self._limits.max_statement_alloc_bytes:
+        if self._alloc > self._max_statement_alloc_bytes:
             raise LimitExceeded("allocation budget of the statement spent")
         return value
 
@@ -438,7 +442,7 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         """One attempt at a raw call (no generator): the value, or ``_FAILED`` with the
         error (None when an opaque value was touched) in ``self._last_error``."""
         try:
-            return self._account(fn(*args, **(kwargs or {})))
+            return self._account(fn(*args, **kwargs) if kwargs else fn(*args))
         except Touched:
             self._last_error = None
         except _CONTROL:

@@ -111,7 +111,16 @@ class StatementsMixin:
         elif t is ast.Name:
             value = self._lookup(value_node.id, scope)
         else:
-            value = yield from self._eval_value(value_node, scope)
+            self._steps += 1
+            if self._steps >= self._next_check:
+                self._step(0)
+            handler = self._expr_handlers.get(t)
+            if handler is None:
+                raise ShadowDeclined(f"{t.__name__} is not evaluated in the shadow")
+            try:
+                value = yield from handler(value_node, scope)
+            except _UnknownValue:
+                value = Unknown("unknown expression")
         raise _Return(value)
 
     def _exec_Global(self, node: ast.Global, scope: Scope):
