@@ -412,7 +412,8 @@ class CallsMixin:
         return out
 
     def _launch(self, name: str, info: ToolInfo, args: tuple, kwargs: dict) -> object:
-        if not kwargs and len(args) == 1 and type(args[0]) is str and len(args[0]) <= _KEY_MEMO_MAX_CHARS:
+        if (type(args) is tuple and type(kwargs) is dict and not kwargs and len(args) == 1
+                and type(args[0]) is str and len(args[0]) <= _KEY_MEMO_MAX_CHARS):
             # the usual call, one prompt string: call_key is a pure function of the
             # arguments and equal str values give the same key, so a remembered key is
             # the one call_key would compute (tail peeks see the same prompts again)
