@@ -90,12 +90,7 @@ class CallsMixin:
                     if t is ast.Constant:
                         receiver = value_node.value
                     else:
-                        self._steps += 1
-                        if self._steps >= self._next_check:
-                            self._step(0)
-                        handler = self._expr_handlers.get(t)
-                        if handler is None:
-                            raise ShadowDeclined(f"{t.__name__} is not evaluated in the shadow")
+                        handler = self._handler(t)
                         receiver = yield from handler(value_node, scope)
                     if type(receiver) is Unknown:
                         raise _UnknownValue  # what self._need(receiver) raises
@@ -194,12 +189,7 @@ class CallsMixin:
             else:
                 # self._eval_value(arg, scope) for a node that is neither a constant nor
                 # a name, inlined (one generator less per argument)
-                self._steps += 1
-                if self._steps >= self._next_check:
-                    self._step(0)
-                handler = self._expr_handlers.get(t)
-                if handler is None:
-                    raise ShadowDeclined(f"{t.__name__} is not evaluated in the shadow")
+                handler = self._handler(t)
                 try:
                     args.append((yield from handler(arg, scope)))
                 except _UnknownValue:

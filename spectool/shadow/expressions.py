@@ -63,6 +63,18 @@ class ExpressionsMixin:
             raise ShadowDeclined(f"{t.__name__} is not evaluated in the shadow")
         return (yield from handler(node, scope))
 
+    def _handler(self, t: type):
+        """Count one step and return the evaluator of node type ``t``. A plain call:
+        the hot paths use it to evaluate a node without the ``_eval`` generator (they
+        read constants and names themselves, so those cost no step there)."""
+        self._steps += 1
+        if self._steps >= self._next_check:
+            self._step(0)
+        handler = self._expr_handlers.get(t)
+        if handler is None:
+            raise ShadowDeclined(f"{t.__name__} is not evaluated in the shadow")
+        return handler
+
     def _eval_value(self, node: ast.expr, scope: Scope):
         """Evaluate where an unknown result is an acceptable value (not an error)."""
         t = type(node)
@@ -72,12 +84,7 @@ class ExpressionsMixin:
             if t is ast.Name:
                 return self._lookup(node.id, scope)  # type: ignore[attr-defined]
             # self._eval(node, scope), inlined (one generator less per expression)
-            self._steps += 1
-            if self._steps >= self._next_check:
-                self._step(0)
-            handler = self._expr_handlers.get(t)
-            if handler is None:
-                raise ShadowDeclined(f"{t.__name__} is not evaluated in the shadow")
+            handler = self._handler(t)
             return (yield from handler(node, scope))
         except _UnknownValue:
             return Unknown("unknown expression")
@@ -91,12 +98,7 @@ class ExpressionsMixin:
             value = self._lookup(node.id, scope)  # type: ignore[attr-defined]
         else:
             # self._eval(node, scope), inlined (one generator less per expression)
-            self._steps += 1
-            if self._steps >= self._next_check:
-                self._step(0)
-            handler = self._expr_handlers.get(t)
-            if handler is None:
-                raise ShadowDeclined(f"{t.__name__} is not evaluated in the shadow")
+            handler = self._handler(t)
             value = yield from handler(node, scope)
         t = type(value)
         if t is Pending:

@@ -111,12 +111,7 @@ class StatementsMixin:
         elif t is ast.Name:
             value = self._lookup(value_node.id, scope)
         else:
-            self._steps += 1
-            if self._steps >= self._next_check:
-                self._step(0)
-            handler = self._expr_handlers.get(t)
-            if handler is None:
-                raise ShadowDeclined(f"{t.__name__} is not evaluated in the shadow")
+            handler = self._handler(t)
             try:
                 value = yield from handler(value_node, scope)
             except _UnknownValue:
@@ -138,12 +133,7 @@ class StatementsMixin:
         elif t is ast.Name:
             value = self._lookup(value_node.id, scope)
         else:
-            self._steps += 1
-            if self._steps >= self._next_check:
-                self._step(0)
-            handler = self._expr_handlers.get(t)
-            if handler is None:
-                raise ShadowDeclined(f"{t.__name__} is not evaluated in the shadow")
+            handler = self._handler(t)
             try:
                 value = yield from handler(value_node, scope)
             except _UnknownValue:
