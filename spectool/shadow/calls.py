@@ -366,13 +366,9 @@ class CallsMixin:
         if observe is None or self._peek:
             raise _UnknownValue
         args, kwargs, _, unknown = yield from self._settle_call(args, kwargs)
-        if unknown or keys.call_key(args, kwargs) is None:
+        if unknown:
             raise _UnknownValue
-        try:
-            args = keys.plain_snapshot(args)  # type: ignore[assignment]
-            kwargs = keys.plain_snapshot(kwargs)  # type: ignore[assignment]
-        except ValueError:
-            raise _UnknownValue from None
+        args, kwargs = _plain_call(args, kwargs, keys.call_key(args, kwargs))
         handle = observe(info.name, args, kwargs)
         if handle is None:
             raise _UnknownValue
@@ -415,13 +411,7 @@ class CallsMixin:
                 _key_memo[args[0]] = key
         else:
             key = keys.call_key(args, kwargs)
-        if key is None:
-            raise _UnknownValue
-        try:
-            args = keys.plain_snapshot(args)  # type: ignore[assignment]
-            kwargs = keys.plain_snapshot(kwargs)  # type: ignore[assignment]
-        except ValueError:
-            raise _UnknownValue from None
+        args, kwargs = _plain_call(args, kwargs, key)
         if self._peek:
             assert self._bets is not None
             occurrence = self._launch_counts.get((name, key), 0) + self._peek_counts.get((name, key), 0)
@@ -438,3 +428,14 @@ class CallsMixin:
         self._launch_counts[(name, key)] = self._launch_counts.get((name, key), 0) + 1
         self._launched += 1
         return Pending(handle, name)
+
+
+def _plain_call(args: tuple, kwargs: dict, key: str | None) -> tuple[tuple, dict]:
+    """Snapshots of a call's arguments for the host (``key``: their ``call_key``);
+    arguments without a key, or not plain data, make the call unknown."""
+    if key is None:
+        raise _UnknownValue
+    try:
+        return keys.plain_snapshot(args), keys.plain_snapshot(kwargs)  # type: ignore[return-value]
+    except ValueError:
+        raise _UnknownValue from None
