@@ -18,6 +18,11 @@ latest open tail, the end of input) and runs them one at a time in one task:
 * lookahead: before the shadow blocks inside a loop it may bet on the calls of later
   iterations (``_LoopHost.lookahead`` -> ``Store.lookahead_bets``); statement mode
   adopts them like tail bets; those not adopted are withdrawn when the statement ends.
+* peek ahead: while a statement waits (on a speculation or an observed never-tool
+  call), the statements queued behind it and the newest tail are peeked
+  (``interp.peek_ahead``, the waiting statement's names unknown) and bet on
+  additively (``Store.lookahead_bets(origin="tail")``): they are adopted when those
+  statements run, and withdrawn by the next tail sync otherwise.
 * the shadow is best effort: if the interpreter itself fails, the driver stops
   shadowing for the rest of the turn (a missed speed-up, never a wrong result).
 * no worker thread outlives the turn: when the shadow task is cancelled the driver
@@ -29,7 +34,7 @@ latest open tail, the end of input) and runs them one at a time in one task:
 from __future__ import annotations
 
 import functools
-import math
+from collections import deque
 from typing import Any, Mapping
 
 import anyio
@@ -117,7 +122,9 @@ class ShadowDriver:
         self.trace = trace
         self.limits = limits
         self.namespace = namespace
-        self._send, self._recv = anyio.create_memory_object_stream[Any](math.inf)
+        self._queue: deque[Any] = deque()
+        self._arrived = anyio.Event()   # set when the queue gains an item
+        self._closed = False
         self.statements_run = 0
         self.failed = False
         self._host = _LoopHost(store)
@@ -135,14 +142,37 @@ class ShadowDriver:
 
     def close(self) -> None:
         """Release the queue (the turn is over)."""
-        self._send.close()
-        self._recv.close()
+        self._closed = True
+        self._queue.clear()
+        self._arrived.set()
 
     def _put(self, item: Any) -> None:
-        try:
-            self._send.send_nowait(item)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass
+        if not self._closed:
+            self._queue.append(item)
+            self._arrived.set()
+
+    async def _next(self) -> Any:
+        while not self._queue:
+            if self._closed:
+                return _END
+            await self._arrived.wait()
+            self._arrived = anyio.Event()
+        return self._queue.popleft()
+
+    def _queued_ahead(self) -> tuple[tuple[str, ...], str] | None:
+        """The queued statements' sources and the newest tail after them, or None."""
+        statements: list[str] = []
+        tail = ""
+        for item in self._queue:
+            if item is _END:
+                break
+            kind, payload = item
+            if kind == "statement":
+                statements.append(payload[0])
+                tail = ""
+            else:
+                tail = payload
+        return (tuple(statements), tail) if statements else None
 
     # -- worker threads ------------------------------------------------------------------
     def _stop(self) -> None:
@@ -167,22 +197,19 @@ class ShadowDriver:
             self.trace.add("shadow_error", where="init", error=repr(exc))
             return
         try:
-            async with self._recv:
-                async for item in self._recv:
-                    if item is _END:
-                        break
-                    if self.failed:
-                        continue
-                    kind, text = item
-                    try:
-                        if kind == "statement":
-                            await self._statement(interp, *text, WaitFor, Outcome)
-                        elif self._recv.statistics().current_buffer_used == 0:
-                            await self._tail(interp, text)
-                    except Exception as exc:  # the interpreter broke: stop shadowing
-                        self.failed = True
-                        self.trace.add("shadow_error", where=kind, error=repr(exc))
-                    await anyio.lowlevel.checkpoint()
+            while (item := await self._next()) is not _END:
+                if self.failed:
+                    continue
+                kind, text = item
+                try:
+                    if kind == "statement":
+                        await self._statement(interp, *text, WaitFor, Outcome)
+                    elif not self._queue:    # only the newest tail matters
+                        await self._tail(interp, text)
+                except Exception as exc:  # the interpreter broke: stop shadowing
+                    self.failed = True
+                    self.trace.add("shadow_error", where=kind, error=repr(exc))
+                await anyio.lowlevel.checkpoint()
         finally:
             self._stop()
             self.store.withdraw_bets()
@@ -196,7 +223,7 @@ class ShadowDriver:
         request = await self._in_thread(_step, gen, None)
         while request is not _END:
             if isinstance(request, WaitFor):
-                await self._blocked(interp, request.handle, seen)
+                await self._blocked(interp, request.handle, seen, source, tree)
                 got = await self.store.outcome(request.handle)
                 seen = self.store.finished_count
                 request = await self._in_thread(_step, gen,
@@ -208,31 +235,68 @@ class ShadowDriver:
         self.statements_run += 1
         self.trace.add("shadow_statement", n=self.statements_run)
 
-    async def _blocked(self, interp: Any, entry: Any, seen: int) -> None:
-        """While the statement waits inside a loop, look ahead again each time a
-        speculation finishes (a later iteration's call may now have known arguments).
-        ``seen``: the store's finished count before the step that led here (the
-        lookahead inside that step may not have seen what finished since)."""
+    async def _blocked(self, interp: Any, entry: Any, seen: int, source: str,
+                       tree: Any) -> None:
+        """While the statement waits: look ahead again each time a speculation
+        finishes, if it waits inside a loop (a later iteration's call may now have
+        known arguments), and peek ahead at the statements queued behind it each time
+        the queue changes. ``seen``: the store's finished count before the step that
+        led here (the lookahead inside that step may not have seen what finished)."""
         from .shadow import lookahead
         done = getattr(entry, "done", None)
         if done is None:
             return
-        while not done.is_set() and lookahead.active(interp):
-            if self.store.finished_count == seen:
-                signal = self.store.finished_signal()
-                async with anyio.create_task_group() as tg:
-                    async def watch(event: Any) -> None:
-                        await event.wait()
-                        tg.cancel_scope.cancel()
-                    tg.start_soon(watch, done)
-                    tg.start_soon(watch, signal)
-                if done.is_set():
-                    return
-            seen = self.store.finished_count
-            await self._in_thread(lookahead.refresh, interp)
+        peeked: Any = None           # the queue as last peeked ahead
+        unknown: frozenset[str] | None = None
+        while not done.is_set():
+            ahead = self._queued_ahead()
+            if ahead is not None and ahead != peeked:
+                peeked = ahead
+                if unknown is None:
+                    unknown = _written_names(source, tree)
+                bets = await self._in_thread(interp.peek_ahead, list(ahead[0]), ahead[1],
+                                             unknown)
+                self.store.lookahead_bets(_wanted(bets), origin="tail")
+                continue
+            looking = lookahead.active(interp)
+            if looking and self.store.finished_count != seen:
+                seen = self.store.finished_count
+                await self._in_thread(lookahead.refresh, interp)
+                continue
+            events = [done, self._arrived]
+            if looking:
+                events.append(self.store.finished_signal())
+            await _first_of(events)
+            if self._arrived.is_set() and not self._closed:
+                self._arrived = anyio.Event()   # the queue is re-read above
 
     async def _tail(self, interp: Any, tail: str) -> None:
         if not tail.strip():
             self.store.withdraw_bets()
             return
         self.store.sync_bets(_wanted(await self._in_thread(interp.peek_tail, tail)))
+
+
+def _written_names(source: str, tree: Any) -> frozenset[str]:
+    """Names a statement may rebind or mutate (``shadow.analysis.written_names``)."""
+    import ast
+
+    from .shadow import analysis
+    if not isinstance(tree, ast.Module):
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return frozenset()
+    return analysis.written_names(tree.body)
+
+
+async def _first_of(events: list[Any]) -> None:
+    """Return once any of the events is set."""
+    if any(e.is_set() for e in events):
+        return
+    async with anyio.create_task_group() as tg:
+        async def watch(event: Any) -> None:
+            await event.wait()
+            tg.cancel_scope.cancel()
+        for event in events:
+            tg.start_soon(watch, event)

@@ -204,7 +204,8 @@ class Store:
             need[(prepared[0].name, prepared[3])].append((name, args, kwargs))
         have: dict[tuple[str, str], list[Entry]] = defaultdict(list)
         for bet in self._bets:
-            have[(bet.tool.name, bet.key)].append(bet)
+            if bet.origin == "tail":  # lookahead bets belong to the running statement
+                have[(bet.tool.name, bet.key)].append(bet)
         for k, bets in have.items():
             for bet in bets[len(need.get(k, ())):]:
                 self.withdraw(bet)
@@ -212,12 +213,17 @@ class Store:
             for name, args, kwargs in calls[len(have.get(k, ())):]:
                 self.launch(name, args, kwargs, origin="tail")
 
-    def lookahead_bets(self, wanted: list[tuple[str, tuple, dict]]) -> None:
+    def lookahead_bets(self, wanted: list[tuple[str, tuple, dict]],
+                       origin: str = "lookahead") -> None:
         """Bets on calls of later loop iterations (the shadow is blocked on an earlier
         one). Per key, only the occurrences not yet covered are launched: neither those
         the real run has already reached (it is ahead of the shadow) nor those a
         floating bet already stands for; each is a floating entry with origin
-        "lookahead" (pure tools only), adopted like a tail bet."""
+        "lookahead" (pure tools only), adopted like a tail bet.
+
+        ``origin="tail"``: bets on statements queued behind the blocked one (the
+        driver's peek ahead); they outlive the blocked statement and are withdrawn by
+        the next tail sync like any tail bet."""
         if self.passthrough:
             return
         need: dict[tuple[str, str], list[tuple[Any, tuple, dict]]] = defaultdict(list)
@@ -234,7 +240,7 @@ class Store:
             covered = max(0, len(fifo) - self._spec_pos[k])
             covered += sum(1 for b in self._bets if b.tool.name == k[0] and b.key == k[1])
             for tool, args, kwargs in calls[covered:]:
-                if self._bet(tool, args, kwargs, k[1], origin="lookahead") is None:
+                if self._bet(tool, args, kwargs, k[1], origin=origin) is None:
                     return
 
     def lookahead_outcome(self, tool_name: str, args: tuple, kwargs: dict,

@@ -193,6 +193,12 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         self._records.append(StatementRecord(index, status, detail,
                                              self._launched_total() - launched_before))
 
+    def peek_ahead(self, statements: list[str], tail: str,
+                   unknown: frozenset[str] = frozenset()) -> list[TailBet]:
+        """Bets for statements queued behind a waiting one (see
+        ``spectool.shadow.tail.peek_ahead``); same contract as :meth:`peek_tail`."""
+        return _peek_ahead(self, statements, tail, unknown)
+
     def peek_tail(self, tail: str) -> list[TailBet]:
         """Bets for the open tail of the cell (see ``spectool.shadow.tail``). The runtime
         launches them with origin="tail" and withdraws those no longer returned."""
@@ -496,5 +502,6 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         raise ShadowDeclined("an opaque value was read where it could not be resolved")
 
 
-from .tail import peek_tail as _peek_tail  # noqa: E402  (tail.py builds on this module)
+from .tail import peek_ahead as _peek_ahead  # noqa: E402  (tail.py builds on this module)
+from .tail import peek_tail as _peek_tail  # noqa: E402
 from .lookahead import before_wait as _lookahead_before_wait  # noqa: E402

@@ -37,12 +37,12 @@ from .internals import (
 )
 from .limits import LimitExceeded, ShadowDeclined
 from .scope import Scope, ShadowFunction
-from .values import TailBet, Touched
+from .values import TailBet, Touched, Unknown
 
 if TYPE_CHECKING:
     from .interpreter import ShadowInterpreter
 
-__all__ = ["peek_tail", "split_tail", "complete_calls"]
+__all__ = ["peek_tail", "peek_ahead", "split_tail", "complete_calls"]
 
 PEEK_MAX_STEPS = 200_000
 PEEK_MAX_SECONDS = 0.25
@@ -328,7 +328,32 @@ def _relevant(interp: "ShadowInterpreter", names) -> bool:
     return False
 
 
-def _evaluate(interp: "ShadowInterpreter", tree: ast.Module) -> list[TailBet]:
+def peek_ahead(interp: "ShadowInterpreter", statements: list[str], tail: str,
+               unknown: frozenset[str]) -> list[TailBet]:
+    """Bets for closed statements queued behind one that is waiting, and for the open
+    tail after them, peeked like a tail while the waiting statement is suspended.
+
+    ``unknown``: the names the waiting statement may still write or mutate
+    (``analysis.written_names``); they read as unknown, so nothing is bet on a value
+    that statement has not finished computing. Definitions among the statements are
+    complete and run (in the peek's view); an open definition in the tail is left out.
+    """
+    if interp.stopped or not statements:
+        return []
+    if not tail or tail.isspace() or _DEFINITION.match(tail):
+        tail = ""
+    tail_complete, partial = split_tail(tail) if tail else ("", "")
+    complete = "".join(s if s.endswith("\n") else s + "\n" for s in statements) + tail_complete
+    if not _relevant(interp, _CALLEE_SCAN.findall(complete + "\n" + partial)):
+        return []
+    source = _synthesize(complete + partial, lambda text: _may_call_a_tool(interp, text),
+                         (complete, partial))
+    tree = None if source is None else _parse(source)
+    return [] if tree is None else _evaluate(interp, tree, unknown)
+
+
+def _evaluate(interp: "ShadowInterpreter", tree: ast.Module,
+              unknown: frozenset[str] = frozenset()) -> list[TailBet]:
 
     saved = (interp._steps, interp._next_check, interp._alloc, interp._seconds, interp._resumed,
              interp._max_steps, interp._max_seconds, interp._depth, interp._nowait,
@@ -343,6 +368,8 @@ def _evaluate(interp: "ShadowInterpreter", tree: ast.Module) -> list[TailBet]:
     # copy-on-write view of the globals: a shallow copy (mutation of shared objects is
     # refused in peek mode; rebinding a name only changes the copy)
     interp._module = Scope("module", dict(interp._globals))
+    for name in unknown:
+        interp._module.vars[name] = Unknown("written by a statement still running")
     interp._handling = []
     interp._reset_budget(PEEK_MAX_STEPS, PEEK_MAX_SECONDS)
     try:
