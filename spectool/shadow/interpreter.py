@@ -164,13 +164,7 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         for stmt in tree.body:
             try:
                 # self._exec(stmt, self._module), inlined (one generator less)
-                self._steps += 1
-                if self._steps >= self._next_check:
-                    self._step(0)
-                handler = handlers.get(type(stmt))
-                if handler is None:
-                    raise ShadowDeclined(f"{type(stmt).__name__} is not evaluated in the shadow")
-                yield from handler(stmt, self._module)
+                yield from self._stmt_handler(handlers, stmt)(stmt, self._module)
             except _UserError as err:
                 status, detail = "error", f"{type(err.exc).__name__}: {err.exc}"
                 self._dead = True

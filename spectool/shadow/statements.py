@@ -47,18 +47,23 @@ class StatementsMixin:
             raise ShadowDeclined(f"{type(node).__name__} is not evaluated in the shadow")
         return (yield from handler(node, scope))
 
+    def _stmt_handler(self, handlers: dict, stmt: ast.stmt):
+        """Count one step and return the executor of ``stmt`` (a plain call, so the
+        statement loops run a node without the ``_exec`` generator)."""
+        self._steps += 1
+        if self._steps >= self._next_check:
+            self._step(0)
+        handler = handlers.get(type(stmt))
+        if handler is None:
+            raise ShadowDeclined(f"{type(stmt).__name__} is not evaluated in the shadow")
+        return handler
+
     def _exec_block(self, body: list[ast.stmt], scope: Scope):
         handlers = self._stmt_handlers
         for stmt in body:
             try:
                 # self._exec(stmt, scope), inlined (one generator less per statement)
-                self._steps += 1
-                if self._steps >= self._next_check:
-                    self._step(0)
-                handler = handlers.get(type(stmt))
-                if handler is None:
-                    raise ShadowDeclined(f"{type(stmt).__name__} is not evaluated in the shadow")
-                yield from handler(stmt, scope)
+                yield from self._stmt_handler(handlers, stmt)(stmt, scope)
             except (_UnknownValue, ShadowDeclined) as exc:
                 if isinstance(exc, LimitExceeded):
                     raise

@@ -282,25 +282,12 @@ def peek_tail(interp: "ShadowInterpreter", tail: str) -> list[TailBet]:
     # and those of its unfinished line (a scan of the whole finds every match a scan
     # of either part finds), so when none of them is relevant neither test below can
     # pass and the answer is [] as well; the split is then not needed.
-    every = _tail_names(interp, tail)
-    known = interp._tail_any
-    if known is not None and known[0] is every and known[1] == interp._version:
-        any_relevant = known[2]
-    else:
-        any_relevant = _relevant(interp, every)
-        interp._tail_any = (every, interp._version, any_relevant)
-    if not any_relevant:
+    if not _relevant_memo(interp, "_tail_any", _tail_names(interp, tail)):
         return []
     complete, partial, names = _split_memo(interp, tail)
-    # names of the complete part rarely change: reuse the last answer for the same
-    # names while the state (its version) is the same
-    known = interp._tail_relevant
-    if known is not None and known[0] is names and known[1] == interp._version:
-        relevant = known[2]
-    else:
-        relevant = _relevant(interp, names)
-        interp._tail_relevant = (names, interp._version, relevant)
-    if not relevant and not _relevant(interp, _CALLEE_SCAN.findall(partial)):
+    # names of the complete part rarely change: the last answer is reused (see above)
+    if (not _relevant_memo(interp, "_tail_relevant", names)
+            and not _relevant(interp, _CALLEE_SCAN.findall(partial))):
         return []
     source = _synthesize(tail, lambda text: _may_call_a_tool(interp, text), (complete, partial))
     if source is None:
@@ -313,6 +300,17 @@ def peek_tail(interp: "ShadowInterpreter", tail: str) -> list[TailBet]:
     bets = [] if tree is None else _evaluate(interp, tree)
     interp._peek_cache = (key, bets)
     return list(bets)
+
+
+def _relevant_memo(interp: "ShadowInterpreter", slot: str, names: frozenset[str]) -> bool:
+    """``_relevant(interp, names)``, remembered in ``interp.<slot>`` for the same names
+    object while the state (its version) is the same."""
+    known = getattr(interp, slot)
+    if known is not None and known[0] is names and known[1] == interp._version:
+        return known[2]
+    relevant = _relevant(interp, names)
+    setattr(interp, slot, (names, interp._version, relevant))
+    return relevant
 
 
 def _may_call_a_tool(interp: "ShadowInterpreter", text: str) -> bool:
