@@ -108,6 +108,7 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         self._loop_frames: list = []  # module-level for loops running (lookahead.LoopFrame)
         self._peek_known = None  # lookahead peek: (tool, args, kwargs, occurrence) -> value | None
         self._lookahead_seconds = 0.0
+        self._ahead_seconds = 0.0  # CPU time spent in peek_ahead (bounded per interpreter)
         self._last_error: BaseException | None = None
         self._interrupted = False
         self._cell_seconds = 0.0

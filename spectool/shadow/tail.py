@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import re
+import time
 from typing import TYPE_CHECKING
 
 from ..segmenter import LineLexer
@@ -46,6 +47,9 @@ __all__ = ["peek_tail", "peek_ahead", "split_tail", "complete_calls"]
 
 PEEK_MAX_STEPS = 200_000
 PEEK_MAX_SECONDS = 0.25
+# CPU seconds one interpreter may spend peeking ahead in all (a cell of many waiting
+# statements would otherwise re-peek what is queued behind each of them)
+PEEK_AHEAD_MAX_SECONDS = 2.0
 
 _RISKY_WORDS = re.compile(
     r"\b(if|else|elif|and|or|lambda|for|while|async|await|yield|with|def|class|return|"
@@ -336,8 +340,17 @@ def peek_ahead(interp: "ShadowInterpreter", statements: list[str], tail: str,
     that statement has not finished computing. Definitions among the statements are
     complete and run (in the peek's view); an open definition in the tail is left out.
     """
-    if interp.stopped or not statements:
+    if interp.stopped or not statements or interp._ahead_seconds >= PEEK_AHEAD_MAX_SECONDS:
         return []
+    t0 = time.thread_time()
+    try:
+        return _peek_ahead(interp, statements, tail, unknown)
+    finally:
+        interp._ahead_seconds += time.thread_time() - t0
+
+
+def _peek_ahead(interp: "ShadowInterpreter", statements: list[str], tail: str,
+                unknown: frozenset[str]) -> list[TailBet]:
     if not tail or tail.isspace() or _DEFINITION.match(tail):
         tail = ""
     tail_complete, partial = split_tail(tail) if tail else ("", "")

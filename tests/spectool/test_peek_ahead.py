@@ -78,3 +78,14 @@ async def test_baseline_makes_the_same_calls(anyio_backend):
             "print(a, b)\n```\n")
     res = await rt.run(GatedStream(code))
     assert res.stdout == "1002 200\n" and calls == [501, 100]
+
+
+def test_peek_ahead_time_is_bounded_per_interpreter(monkeypatch):
+    from spectool.shadow import ShadowInterpreter, ToolInfo, tail
+    from shadow_driver import RecordingHost
+
+    interp = ShadowInterpreter({}, {"q": ToolInfo("q", "pure")}, RecordingHost())
+    queued = ["a = q(1)\n", "b = q(2)\n"]
+    assert [b.args for b in interp.peek_ahead(queued, "", frozenset())] == [(1,), (2,)]
+    monkeypatch.setattr(tail, "PEEK_AHEAD_MAX_SECONDS", 0.0)   # the budget is spent
+    assert interp.peek_ahead(queued, "", frozenset()) == []
