@@ -8,7 +8,7 @@
                           [--time-scale X] [--no-plots] [--no-progress]
 
 Without model strings the benchmark runs on the embedded **simulated** models
-(``benchmarks.simulated``) and reports simulated seconds.
+(``spectool_bench.simulated``) and reports simulated seconds.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def _context_tokens(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from benchmarks.programs import SHAPES
-    from benchmarks.runner import DECODINGS, MODES
+    from spectool_bench.programs import SHAPES
+    from spectool_bench.runner import DECODINGS, MODES
 
     parser = argparse.ArgumentParser(prog="spectool", description="spectool command line")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "bench" and args.benchmark == "oolong":
-        from benchmarks.runner import BenchConfig, main_bench
+        from spectool_bench.runner import BenchConfig, main_bench
 
         if not 0.0 <= args.accuracy <= 1.0:
             parser.error(f"--accuracy must be within 0..1, got {args.accuracy}")

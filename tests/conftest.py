@@ -40,7 +40,7 @@ def pytest_collection_modifyitems(config, items):
 
 # Code whose frames must not still be running in another thread once a test is over.
 _PROJECT_CODE = tuple(os.sep + part + os.sep for part in ("spectool", "token_spec", "agents",
-                                                          "benchmarks")) + ("<cell>",)
+                                                          "spectool_bench")) + ("<cell>",)
 _STRAY_GRACE_SECONDS = 5.0
 
 

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from benchmarks.oolong import (DATASETS, estimate_tokens, generate_window, parse_gold,
+from spectool_bench.oolong import (DATASETS, estimate_tokens, generate_window, parse_gold,
                                parse_line, score_official)
 
 SIZES = (1024, 4096, 16384)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from benchmarks.oracle import oracle_episode_time, oracle_turn_time
-from benchmarks.programs import CallSpec
-from benchmarks.simulated import StreamRecord
+from spectool_bench.oracle import oracle_episode_time, oracle_turn_time
+from spectool_bench.programs import CallSpec
+from spectool_bench.simulated import StreamRecord
 
 
 def _stream(n_tokens=10, chars_per_token=5, step=1.0):

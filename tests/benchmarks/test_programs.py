@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from benchmarks.oolong import generate_window, score
-from benchmarks.programs import LABEL_SHAPES, SHAPES, build_program
-from benchmarks.simulated import SimulatedSubModel
+from spectool_bench.oolong import generate_window, score
+from spectool_bench.programs import LABEL_SHAPES, SHAPES, build_program
+from spectool_bench.simulated import SimulatedSubModel
 
 
 def _run(program, window, sub):

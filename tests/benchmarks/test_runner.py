@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from benchmarks.runner import BenchConfig, main_bench, make_workload
+from spectool_bench.runner import BenchConfig, main_bench, make_workload
 from spectool.cli import main
 
 TINY = dict(context_tokens=(1024,), decoding=("vanilla",), concurrency=(1,),
@@ -122,8 +122,8 @@ def test_real_models_through_litellm(tmp_path, capsys):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
     from openai_stub import OpenAIStub
 
-    from benchmarks.oolong import generate_window
-    from benchmarks.simulated import instance_texts
+    from spectool_bench.oolong import generate_window
+    from spectool_bench.simulated import instance_texts
 
     window = generate_window("trec_coarse", 1024, 0)
 

@@ -4,7 +4,7 @@ import datetime
 
 import pytest
 
-from benchmarks.oolong import pairs_f1, parse_gold, parse_output, score, score_lenient, score_official
+from spectool_bench.oolong import pairs_f1, parse_gold, parse_output, score, score_lenient, score_official
 
 L, U, N, C, D = ("ANSWER_TYPE.LABEL", "ANSWER_TYPE.USER", "ANSWER_TYPE.NUMERIC",
                  "ANSWER_TYPE.COMPARISON", "ANSWER_TYPE.DATE")

@@ -8,8 +8,8 @@ import anyio
 import pytest
 import trio.testing
 
-from benchmarks.oolong import generate_window
-from benchmarks.simulated import (DecodingModel, SimulatedRootModel, SimulatedServer,
+from spectool_bench.oolong import generate_window
+from spectool_bench.simulated import (DecodingModel, SimulatedRootModel, SimulatedServer,
                                   SimulatedSubModel, SubModelLatency, instance_texts,
                                   split_tokens)
 

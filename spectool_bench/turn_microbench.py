@@ -2,14 +2,14 @@
 that streams at a set token rate; wall time of ``baseline``, ``lazy`` and ``spec``
 and the oracle bound.
 
-Oracle (same definition as ``benchmarks.oracle``, without a shared server): call ``c``
+Oracle (same definition as ``spectool_bench.oracle``, without a shared server): call ``c``
 is ready at ``max(t(o_c), finish of the calls its arguments use)``, where ``t(o_c)``
 is the moment the message's first ``o_c`` characters had streamed (``o_c`` = end of
 the call expression that determines its arguments); it then takes its latency. The
 oracle turn time is ``max(T_stream, max_c finish_c)``: every call starts the instant
 its arguments exist, nothing is wasted, executing Python takes no time.
 
-Run: ``.venv/bin/python -m benchmarks.turn_microbench [--rate 100] [--latency 0.5]``
+Run: ``.venv/bin/python -m spectool_bench.turn_microbench [--rate 100] [--latency 0.5]``
 (wall clock: about 30 s with the defaults; ``--quick`` scales everything by 1/4).
 Every number is measured with real sleeps on this machine; the model is simulated.
 """

@@ -8,7 +8,7 @@ host) and every tail change is peeked. Reports characters per second for cells o
 about 1k, 10k (the 10,000-token cell is ~40k characters) and 100k characters; linear
 cost shows as a flat chars/s column.
 
-    python -m benchmarks.shadow_throughput [--repeat 3]
+    python -m spectool_bench.shadow_throughput [--repeat 3]
 """
 
 from __future__ import annotations

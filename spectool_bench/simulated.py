@@ -3,7 +3,7 @@
 Nothing here is a real language model. Three pieces, all seeded and deterministic:
 
 * ``DecodingModel`` + ``SimulatedRootModel``: a root model that streams the text of
-  RLM-style programs (written by ``benchmarks.programs``) token by token. A token is a
+  RLM-style programs (written by ``spectool_bench.programs``) token by token. A token is a
   few characters (``split_tokens``). Emission times follow a decoding-speed model:
   *vanilla* decoding emits one token per step time ``1 / tokens_per_s``; *speculative*
   decoding emits bursts of ``tau = accepted + 1`` tokens per verification round, each

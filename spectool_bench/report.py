@@ -1,6 +1,6 @@
 """Summaries of benchmark runs: waste labelling, per-mode and per-shape tables, checks.
 
-Pure functions over the run dictionaries that ``benchmarks.runner`` records (times in
+Pure functions over the run dictionaries that ``spectool_bench.runner`` records (times in
 simulated seconds for simulated models). ``summarise`` gives the rows behind the
 stdout table and the JSON report; ``render_table`` formats them, naming the scorer.
 """
@@ -156,7 +156,7 @@ def _fmt(v, spec=".2f"):
 
 def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
     unit = "sim s" if cfg.simulated else "s"
-    label = ("SIMULATED models (benchmarks.simulated): times are simulated seconds"
+    label = ("SIMULATED models (spectool_bench.simulated): times are simulated seconds"
              if cfg.simulated else f"root={cfg.root_model or 'simulated'} "
                                    f"sub={cfg.sub_model or 'simulated'}")
     lines = [f"OOLONG-style benchmark [{label}]",

@@ -1,10 +1,10 @@
 """`spectool bench oolong`: run the OOLONG-style benchmark in baseline / lazy / spec.
 
 Workload: for each seed and context size, one generated window; for each program
-shape (``benchmarks.programs.SHAPES``) one question from it (label shapes rotate over
+shape (``spectool_bench.programs.SHAPES``) one question from it (label shapes rotate over
 the tasks that need labels; ``pure_python`` takes a label-free task). Each (question,
 shape) is an *episode*: a ``spectool_agents.ReplAgent`` run with a root model and a
-sub-model. By default both are **simulated** (``benchmarks.simulated``) and every
+sub-model. By default both are **simulated** (``spectool_bench.simulated``) and every
 latency is slept at ``time_scale`` of its simulated value; all times reported are
 *simulated seconds* (wall seconds / time_scale). With ``--root-model`` /
 ``--sub-model`` (litellm model strings) the real models are used through the agents
@@ -13,7 +13,7 @@ package's litellm adapters; times are then wall seconds.
 A *run* is one (decoding, concurrency, mode, seed, repeat): its episodes go through
 one shared simulated server with at most ``concurrency`` episodes in flight; its wall
 time is the makespan. Speed-up = baseline wall / mode wall for the same (decoding,
-concurrency, seed, repeat). The oracle bound (``benchmarks.oracle``) is computed for
+concurrency, seed, repeat). The oracle bound (``spectool_bench.oracle``) is computed for
 concurrency 1 from the baseline run's recorded call works and the deterministic stream
 schedules. Scores: official OOLONG-synth scorer (Pairs questions: set F1), and the
 lenient variant; every output names its scorer.
@@ -229,7 +229,7 @@ async def run_once(cfg: BenchConfig, episodes: list[EpisodeSpec], mode: str, dec
 
 def _oracle_for(cfg: BenchConfig, ep: EpisodeSpec, decoding: str,
                 baseline_run: dict[str, Any]) -> float | None:
-    """Oracle episode time from the baseline run's recorded works (see benchmarks.oracle)."""
+    """Oracle episode time from the baseline run's recorded works (see spectool_bench.oracle)."""
     if ep.program is None or not cfg.simulated:
         return None
     root = SimulatedRootModel(ep.program.turns, DecodingModel(decoding, ep.tokens_per_s),

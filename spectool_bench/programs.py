@@ -20,7 +20,7 @@ Besides the message texts, a ``Program`` lists per turn the calls its cell makes
 execution order, each with the character offset in the message at which its
 arguments are fully known (the end of the call expression whose arguments determine
 it) and the earlier calls whose results its arguments depend on. The runner uses that
-to compute the oracle bound (see ``benchmarks.oracle``).
+to compute the oracle bound (see ``spectool_bench.oracle``).
 """
 
 from __future__ import annotations
