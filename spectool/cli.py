@@ -75,7 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     oo.add_argument("--decoding", nargs="+", choices=DECODINGS, default=list(DECODINGS),
                     help="simulated root decoding: vanilla and/or token-level speculative")
     oo.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
-    oo.add_argument("--dataset", default="trec_coarse", choices=["trec_coarse", "imdb"])
+    oo.add_argument("--dataset", default="trec_coarse",
+                    choices=["trec_coarse", "spam", "imdb", "agnews", "negation", "yahoo",
+                             "formality", "multinli", "metaphors", "app_reviews"])
+    oo.add_argument("--data", type=Path, default=None,
+                    help="official OOLONG files (parquet/JSONL/JSON, or a folder) instead of "
+                         "the generator; needs --root-model")
     oo.add_argument("--accuracy", type=float, default=0.95,
                     help="simulated sub-model: probability each label is right")
     oo.add_argument("--root-model", default=None, help="litellm model string for the root model")
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             shapes=tuple(dict.fromkeys(args.shapes)), accuracy=args.accuracy,
             time_scale=args.time_scale or (1.0 if real else 0.1),
             root_model=args.root_model, sub_model=args.sub_model, max_turns=args.max_turns,
-            max_questions=args.max_questions,
+            max_questions=args.max_questions, data=args.data,
             model_kwargs={k: v for k, v in (("api_base", args.api_base),
                                             ("api_key", args.api_key)) if v} or None,
             progress=not args.no_progress, plots=not args.no_plots)

@@ -81,74 +81,11 @@ _RECORDS = (
 
 def aggregation(q: Question, labels: tuple[str, ...]) -> str:
     """Plain-Python code that computes ``result`` (the final answer text) from
-    ``records`` = [(date string, user id, label)] or, for label-free tasks, ``data``."""
-    p = q.params
-    head = f"MONTHS = {list(MONTHS)}\n"
-    count = ("counts = {lab: 0 for lab in " + repr(list(labels)) + "}\n"
-             "for _, _, lab in records:\n"
-             "    counts[lab] = counts.get(lab, 0) + 1\n")
-    t = q.task
-    if t == "most_common_label":
-        return count + 'result = "Label: " + max(counts, key=counts.get)\n'
-    if t == "least_common_label":
-        return count + 'result = "Label: " + min(counts, key=counts.get)\n'
-    if t == "label_count":
-        return count + f'result = "Answer: " + str(counts[{p["label"]!r}])\n'
-    if t == "compare_labels":
-        return count + (
-            f'ca, cb = counts[{p["a"]!r}], counts[{p["b"]!r}]\n'
-            'rel = "more common than" if ca > cb else ("less common than" if ca < cb else "same frequency as")\n'
-            f'result = "Answer: {p["a"]} is " + rel + " {p["b"]}"\n')
-    if t in ("user_most_label", "subset_user_most_label"):
-        init = "{u: 0 for u in " + repr(p["users"]) + "}" if "users" in p else "{}"
-        cond = " and u in per_user" if "users" in p else ""
-        return (f"per_user = {init}\n"
-                "for _, u, lab in records:\n"
-                f"    if lab == {p['label']!r}{cond}:\n"
-                "        per_user[u] = per_user.get(u, 0) + 1\n"
-                'result = "User: " + str(max(per_user, key=per_user.get))\n')
-    if t == "month_label_count":
-        year, month = int(p["month"][:4]), int(p["month"][5:7])
-        return (f"mon, year = {MONTHS[month - 1]!r}, {str(year)!r}\n"
-                f"n = sum(1 for d, _, lab in records if lab == {p['label']!r} and d[:3] == mon and d[-4:] == year)\n"
-                'result = "Answer: " + str(n)\n')
-    if t == "before_date_count":
-        y, m, d = p["before"].split("-")
-        return head + (
-            "def day_key(d):\n"
-            "    return (int(d[-4:]), MONTHS.index(d[:3]) + 1, int(d[4:6]))\n"
-            f"cut = ({int(y)}, {int(m)}, {int(d)})\n"
-            f"n = sum(1 for d, _, lab in records if lab == {p['label']!r} and day_key(d) < cut)\n"
-            'result = "Answer: " + str(n)\n')
-    if t == "first_month_beats":
-        return head + (
-            "per_month = {}\n"
-            "for d, _, lab in records:\n"
-            "    c = per_month.setdefault((int(d[-4:]), MONTHS.index(d[:3]) + 1), {})\n"
-            "    c[lab] = c.get(lab, 0) + 1\n"
-            f"firsts = [m for m in sorted(per_month) if per_month[m].get({p['x']!r}, 0) > per_month[m].get({p['y']!r}, 0)]\n"
-            'result = "Date: %d-%02d-01" % firsts[0] if firsts else "Date: none"\n')
-    if t == "pairs_both_label":
-        return (f"users = {p['users']!r}\n"
-                f"have = set(u for _, u, lab in records if lab == {p['label']!r})\n"
-                "pairs = [(a, b) for a in users for b in users if a < b and a in have and b in have]\n"
-                'result = ", ".join("(%d, %d)" % ab for ab in pairs)\n')
-    if t in ("most_represented_user", "second_most_represented_user"):
-        rank = 0 if t == "most_represented_user" else 1
-        return ("users = {}\n"
-                "for line in data:\n"
-                '    u = int(line.split(" || ")[1][6:])\n'
-                "    users[u] = users.get(u, 0) + 1\n"
-                "ranked = sorted(users, key=users.get, reverse=True)\n"
-                f'result = "User: " + str(ranked[{rank}])\n')
-    if t == "date_exactly_n":
-        return head + ("dates = {}\n"
-                       "for line in data:\n"
-                       '    d = line.split(" || ")[0][6:]\n'
-                       "    dates[d] = dates.get(d, 0) + 1\n"
-                       f"hits = [d for d in dates if dates[d] == {p['n']}]\n"
-                       'result = "Date: %s-%02d-%s" % (hits[0][-4:], MONTHS.index(hits[0][:3]) + 1, hits[0][4:6]) if hits else "Date: none"\n')
-    raise ValueError(f"no aggregation for task {t!r}")
+    ``records`` = [(date string, user id, label)] or, for label-free tasks, ``data``
+    (one program per OOLONG question family: ``spectool_bench.oolong.solutions``)."""
+    from .oolong.solutions import solution_code
+
+    return solution_code(q, labels)
 
 
 def _cell(prose: str, code: str, after: str = "") -> str:

@@ -61,6 +61,7 @@ class BenchConfig:
     sub_model: str | None = None
     model_kwargs: dict | None = None  # extra litellm arguments (api_base, api_key, ...)
     max_questions: int | None = None  # real root model: questions per window (default all)
+    data: Path | None = None  # official OOLONG files instead of the generator (oolong.loader)
     max_turns: int = 6
     progress: bool = True
     plots: bool = True
@@ -83,6 +84,9 @@ class BenchConfig:
             raise ValueError("time scale must be > 0")
         if not 0 <= self.accuracy <= 1:
             raise ValueError("accuracy must be in [0, 1]")
+        if self.data is not None and self.root_model is None:
+            raise ValueError("--data needs --root-model: the simulated root model only writes "
+                             "programs for generated questions")
 
     @property
     def simulated(self) -> bool:
@@ -103,8 +107,14 @@ class EpisodeSpec:
 def make_workload(cfg: BenchConfig, seed: int) -> list[EpisodeSpec]:
     """The episodes of one seed (deterministic)."""
     episodes = []
-    for L in cfg.context_tokens:
-        window = generate_window(cfg.dataset, L, seed)
+    if cfg.data is not None:  # official files: seed i = the i-th window of each length
+        from .oolong.loader import select_windows
+
+        windows = select_windows(cfg.data, cfg.context_tokens, seed)
+    else:
+        windows = [generate_window(cfg.dataset, L, seed) for L in cfg.context_tokens]
+    for window in windows:
+        L = window.context_tokens or cfg.context_tokens[0]
         rng = random.Random(f"workload:{cfg.dataset}:{L}:{seed}")
         if cfg.root_model is not None:  # a real root model writes its own programs
             for q in window.questions[:cfg.max_questions]:
@@ -112,7 +122,8 @@ def make_workload(cfg: BenchConfig, seed: int) -> list[EpisodeSpec]:
                                             window, q, "model-written", None, 0.0, seed))
             continue
         labelled = [q for q in window.questions if q.needs_labels]
-        free = [q for q in window.questions if not q.needs_labels]
+        # label-free questions rarely survive OOLONG's 25-question cut: draw from all
+        free = [q for q in window.all_questions if not q.needs_labels]
         rng.shuffle(labelled)
         k = 0
         for shape in cfg.shapes:

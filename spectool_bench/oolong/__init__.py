@@ -1,14 +1,16 @@
-"""OOLONG-style long-context aggregation benchmark: generator and scorers (offline)."""
+"""OOLONG long-context aggregation benchmark, offline: generator, questions, scorers,
+OOLONG-Pairs and a loader for the official data files (see the README's OOLONG section)."""
 
 from .generator import (CHARS_PER_TOKEN, CONTEXT_SIZES, Instance, Question, Window,
                         estimate_tokens, generate_window, parse_line)
 from .pools import DATASETS, Dataset
 from .questions import COMPARISON, DATE, LABEL, MONTH_YEAR, NUMERIC, PAIRS, USER
-from .scoring import pairs_f1, parse_gold, parse_output, score, score_lenient, score_official
+from .scoring import (pairs_f1, parse_gold, parse_output, parse_pairs, score, score_lenient,
+                      score_official)
 
 __all__ = [
     "CHARS_PER_TOKEN", "COMPARISON", "CONTEXT_SIZES", "DATASETS", "DATE", "Dataset",
     "Instance", "LABEL", "MONTH_YEAR", "NUMERIC", "PAIRS", "Question", "USER", "Window",
     "estimate_tokens", "generate_window", "pairs_f1", "parse_gold", "parse_line",
-    "parse_output", "score", "score_lenient", "score_official",
+    "parse_output", "parse_pairs", "score", "score_lenient", "score_official",
 ]

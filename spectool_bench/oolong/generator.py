@@ -1,29 +1,25 @@
-"""Offline, seeded OOLONG-synth-style windows and questions.
+"""Offline, seeded OOLONG-synth windows, built the way the official generator builds them.
 
-Recipe (after OOLONG-synth, see ``shared/reference/FACTS.md`` §4):
+Sources: ``abertsch72/oolong`` ``src/data_gen/oolong-synth/`` (``datasets_loader.py``,
+``EvalContextWindow.py``, ``generate_dataset.py``) and ``shared/reference/FACTS.md`` §4
+(the official ``example_constructor`` formulas, which the stored snapshot of the
+repository does not include):
 
-* A window targets ``context_tokens`` tokens (1K ... 128K). Tokens are *estimated*
-  as ``len(text) / CHARS_PER_TOKEN`` with ``CHARS_PER_TOKEN = 4.0`` (a common
-  English average for BPE tokenizers; no tokenizer is loaded).
-* Number of instances ``N = floor((L * 0.95 - prompt_tokens - 250) / per_example_tokens)``
-  where ``prompt_tokens`` is the estimated size of header + footer and
-  ``per_example_tokens`` the estimated mean size of one rendered line of the dataset.
-* The label mix is skewed: with a temperature ``T`` drawn uniformly in [2, 6] per
-  window and ``z_i ~ U(0, 1)`` per label, ``p_i ∝ exp(T * z_i)``; counts are drawn
-  multinomially (every label appears at least once when N allows).
-* Users: a pool of distinct 5-digit ids, reused with Zipf weights ``1 / rank**1.1``.
-* Dates: uniform over 2022-01-01 .. 2025-12-31, rendered ``%b %d, %Y``.
-* Lines: ``Date: Jun 29, 2022 || User: 44436 || Instance: <text>`` between a header
-  (N, the label set, "calculate the exact answer") and a "Recall: ..." footer.
+* **Instances**: ``N = floor((L * 0.95 - P - 250) / E)`` with the per-dataset
+  estimates ``P``/``E`` of ``specs.SPECS`` (trec_coarse 32K -> 787, imdb 8K -> 19).
+* **Labels**: integer temperature ``T ~ randint(2, 6)``; per label
+  ``w_i = randint(1, 30) ** (1 / T)``; ``p = softmax(w)``; ``count_i = round(p_i * N)``
+  and the first label (in the window's shuffled label order) absorbs the rounding.
+  Larger ``T`` flattens the mix.
+* **Users**: ``max(1, floor(0.1 * N))`` "common" 5-digit ids; each line takes a common
+  id (uniformly) with probability 0.8, else a fresh random 5-digit id.
+* **Dates**: uniform over 2022-02-16 .. 2025-06-21, rendered ``%b %d, %Y``.
+* **Text**: header ``describe(intro=True)`` with the labels in the window's shuffled
+  order, the lines ``Date: … || User: … || Instance: …`` in shuffled order, footer
+  ``describe(intro=False)`` ("Recall: the preceding lines …").
 
-Questions come from the three OOLONG task groups (counting, user, timeline) plus an
-OOLONG-Pairs-style task, with gold answers stored the way OOLONG stores them: the
-string of a one-element list (``"['abbreviation']"``, ``"[28]"``,
-``"['more common than']"``, ``"[datetime.date(2023, 5, 1)]"``) and answer types
-``ANSWER_TYPE.LABEL`` etc. Pairs golds are the string of a sorted list of tuples and
-use the project's own answer type ``ANSWER_TYPE.PAIRS`` (scored by ``pairs_f1``).
-Questions whose answer would be a tie are not asked. Everything is a pure function
-of ``(dataset, context_tokens, seed)``.
+Questions: see ``questions.py`` (every family, official tie rules, official 25-question
+subsample). Everything is a pure function of ``(dataset, context_tokens, seed)``.
 """
 
 from __future__ import annotations
@@ -34,17 +30,21 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .pools import DATASETS, Dataset
+from .pools import DATASETS
+from .specs import describe, instance_count
 
 CHARS_PER_TOKEN = 4.0
 CONTEXT_SIZES = tuple(1024 * 2**k for k in range(8))  # 1K ... 128K
-_FIRST_DAY = datetime.date(2022, 1, 1)
-_LAST_DAY = datetime.date(2025, 12, 31)
+FIRST_DAY = datetime.date(2022, 2, 16)
+LAST_DAY = datetime.date(2025, 6, 21)
+COMMON_SHARE = 0.1  # common ids = 10% of N
+COMMON_PROB = 0.8  # P(line takes a common id)
 _SEP = " || "
 
 
 def estimate_tokens(text: str) -> int:
-    """Estimated token count: ``ceil(len(text) / CHARS_PER_TOKEN)``."""
+    """Rough token count ``ceil(len(text) / 4)`` (only for sizing checks; N itself comes
+    from the official per-dataset estimates, never from our own texts)."""
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
@@ -56,24 +56,30 @@ class Instance:
     label: str
 
     def render(self) -> str:
-        return f"Date: {self.date.strftime('%b %d, %Y')}{_SEP}User: {self.user}{_SEP}Instance: {self.text}"
+        return (f"Date: {self.date.strftime('%b %d, %Y')}{_SEP}User: {self.user}{_SEP}"
+                f"Instance: {self.text}")
 
 
 @dataclass(frozen=True)
 class Question:
     qid: str
     group: str  # "counting" | "user" | "timeline" | "pairs"
-    task: str  # e.g. "most_common_label"
+    task: str  # this project's task key, e.g. "most_common_label"
     text: str
-    answer: str  # OOLONG-style: the string of a one-element list (pairs: list of tuples)
+    answer: str  # stored like OOLONG: the string of a one-element list
     answer_type: str  # "ANSWER_TYPE.LABEL" ...
     params: dict = field(default_factory=dict, compare=False)
+    task_type: str = ""  # the official TASK_TYPE.* name
 
     @property
     def needs_labels(self) -> bool:
         """Whether answering requires classifying instances (else plain Python suffices)."""
-        return self.task not in {"most_represented_user", "second_most_represented_user",
-                                 "date_exactly_n"}
+        return self.task not in LABEL_FREE_TASKS
+
+
+LABEL_FREE_TASKS = frozenset({"most_represented_user", "second_most_represented_user",
+                              "most_frequent_date", "second_most_frequent_date",
+                              "dates_exactly_n"})
 
 
 @dataclass
@@ -81,57 +87,61 @@ class Window:
     dataset: str
     context_tokens: int
     seed: int
-    temperature: float
-    labels: tuple[str, ...]
+    temperature: int
+    labels: tuple[str, ...]  # in the window's (shuffled) header order
     instances: list[Instance]
     context: str
-    questions: list[Question]
+    questions: list[Question]  # the official 25-question subsample
     label_of: dict[str, str]  # side table: instance text -> hidden label
+    all_questions: list[Question] = field(default_factory=list)  # before subsampling
 
     @property
     def estimated_tokens(self) -> int:
         return estimate_tokens(self.context)
 
+    def pairs_questions(self) -> list[Question]:
+        """The 20 OOLONG-Pairs tasks (RLM paper appendix E.1) over this window."""
+        from .pairs import pairs_questions
 
-def _header(dataset: Dataset, n: int) -> str:
-    labels = ", ".join(f"'{x}'" for x in dataset.labels)
-    return (
-        f"The following lines contain {n} {dataset.description}, one per line. Each line has a "
-        f"date, a user id and an instance. Each instance can be labelled as one of the "
-        f"following labels: [{labels}]. The labels are not given; you have to infer them "
-        f"from the text. You will be asked a question about these lines; calculate the "
-        f"exact answer."
-    )
+        return pairs_questions(self)
 
 
-def _footer(dataset: Dataset) -> str:
-    return (
-        f"Recall: the preceding lines contain {dataset.description} with a date, a user id "
-        f"and an instance each; infer each instance's label and answer the question exactly."
-    )
+def label_counts(n: int, k: int, rng: random.Random) -> tuple[int, list[int]]:
+    """``(T, counts)``: softmax of ``randint(1, 30) ** (1/T)`` weights, rounded; the
+    first label absorbs the rounding (kept >= 0 by taking any deficit from the largest)."""
+    t = rng.randint(2, 6)
+    w = [rng.randint(1, 30) ** (1.0 / t) for _ in range(k)]
+    top = max(w)
+    e = [math.exp(x - top) for x in w]
+    p = [x / sum(e) for x in e]
+    counts = [round(x * n) for x in p]
+    counts[0] += n - sum(counts)
+    while counts[0] < 0:  # only possible for tiny N
+        j = max(range(1, k), key=lambda i: counts[i])
+        counts[j] -= 1
+        counts[0] += 1
+    return t, counts
 
 
-def _per_example_tokens(dataset: Dataset) -> float:
-    rng = random.Random(0)
-    probe = [Instance(_FIRST_DAY, 10000, dataset.sample(lab, rng), lab).render()
-             for lab in dataset.labels for _ in range(50)]
-    return sum(len(p) + 1 for p in probe) / len(probe) / CHARS_PER_TOKEN
+def draw_users(n: int, rng: random.Random) -> list[int]:
+    """One user id per line: common ids with probability 0.8, else fresh ids."""
+    n_common = max(1, int(COMMON_SHARE * n))
+    common = rng.sample(range(10000, 100000), n_common)
+    common_set = set(common)
+    out = []
+    for _ in range(n):
+        if rng.random() < COMMON_PROB:
+            out.append(rng.choice(common))
+        else:
+            u = rng.randrange(10000, 100000)
+            while u in common_set:
+                u = rng.randrange(10000, 100000)
+            out.append(u)
+    return out
 
 
-def instance_count(dataset: Dataset, context_tokens: int) -> int:
-    prompt_tokens = estimate_tokens(_header(dataset, 10**6) + "\n" + _footer(dataset))
-    n = math.floor((context_tokens * 0.95 - prompt_tokens - 250) / _per_example_tokens(dataset))
-    return max(n, len(dataset.labels))
-
-
-def _label_counts(dataset: Dataset, n: int, rng: random.Random) -> tuple[float, Counter]:
-    temperature = rng.uniform(2.0, 6.0)
-    z = [rng.random() for _ in dataset.labels]
-    weights = [math.exp(temperature * v) for v in z]
-    counts = Counter({lab: 1 for lab in dataset.labels})  # every label at least once
-    for lab in rng.choices(dataset.labels, weights=weights, k=n - len(dataset.labels)):
-        counts[lab] += 1
-    return temperature, counts
+def draw_date(rng: random.Random) -> datetime.date:
+    return FIRST_DAY + datetime.timedelta(days=rng.randrange((LAST_DAY - FIRST_DAY).days + 1))
 
 
 def generate_window(dataset: str = "trec_coarse", context_tokens: int = 4096,
@@ -139,38 +149,55 @@ def generate_window(dataset: str = "trec_coarse", context_tokens: int = 4096,
     """One window with its questions; deterministic in ``(dataset, context_tokens, seed)``."""
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted(DATASETS)}")
-    if context_tokens < 1024:
-        raise ValueError(f"context_tokens must be >= 1024, got {context_tokens}")
+    if not isinstance(context_tokens, int) or context_tokens < 1024:
+        raise ValueError(f"context_tokens must be an int >= 1024, got {context_tokens!r}")
     ds = DATASETS[dataset]
+    n = instance_count(dataset, context_tokens)
+    if n < 2:
+        raise ValueError(f"{dataset} at {context_tokens} tokens holds {n} instance(s) by the "
+                         f"official estimate; use a longer context")
     rng = random.Random(f"oolong:{dataset}:{context_tokens}:{seed}")
-    n = instance_count(ds, context_tokens)
-    temperature, counts = _label_counts(ds, n, rng)
-    labels = [lab for lab in ds.labels for _ in range(counts[lab])]
+    labels = list(ds.labels)
     rng.shuffle(labels)
-    n_users = max(8, n // 4)
-    users = rng.sample(range(10000, 100000), n_users)
-    zipf = [1.0 / (r + 1) ** 1.1 for r in range(n_users)]
-    span = (_LAST_DAY - _FIRST_DAY).days
+    temperature, counts = label_counts(n, len(labels), rng)
+    seq = [lab for lab, c in zip(labels, counts) for _ in range(c)]
+    rng.shuffle(seq)
+    users = draw_users(n, rng)
+    label_of: dict[str, str] = {}
     instances = []
-    for lab in labels:
+    for lab, user in zip(seq, users):
         text = ds.sample(lab, rng)
-        user = rng.choices(users, weights=zipf)[0]
-        day = _FIRST_DAY + datetime.timedelta(days=rng.randrange(span + 1))
-        instances.append(Instance(day, user, text, lab))
-    lines = [_header(ds, n), *(i.render() for i in instances), _footer(ds)]
-    label_of = {i.text: i.label for i in instances}
-    from .questions import make_questions
+        label_of[text] = lab
+        instances.append(Instance(draw_date(rng), user, text, lab))
+    body = "".join(i.render() + "\n" for i in instances)
+    context = describe(dataset, n, labels, True) + body + describe(dataset, n, labels, False)
+    from .questions import make_questions, official_subsample
 
-    window = Window(dataset, context_tokens, seed, temperature, ds.labels, instances,
-                    "\n".join(lines), [], label_of)
-    window.questions = make_questions(window, random.Random(f"q:{dataset}:{context_tokens}:{seed}"))
+    window = Window(dataset, context_tokens, seed, temperature, tuple(labels), instances,
+                    context, [], label_of)
+    window.all_questions = make_questions(window, random.Random(f"q:{dataset}:{context_tokens}:{seed}"))
+    window.questions = official_subsample(window.all_questions)
     return window
 
 
 def parse_line(line: str) -> tuple[datetime.date, int, str] | None:
     """``(date, user, text)`` of one instance line, or None for header/footer lines."""
-    parts = line.split(_SEP)
-    if len(parts) != 3 or not parts[0].startswith("Date: "):
+    parts = line.split(_SEP, 2)
+    if len(parts) != 3 or not parts[0].startswith("Date: ") or not parts[1].startswith("User: "):
         return None
     day = datetime.datetime.strptime(parts[0][len("Date: "):], "%b %d, %Y").date()
     return day, int(parts[1][len("User: "):]), parts[2][len("Instance: "):]
+
+
+def labelled_records(window: Window) -> list[tuple[datetime.date, int, str]]:
+    """``(date, user, label)`` per line, recovered from the context and the side table."""
+    out = []
+    for line in window.context.split("\n"):
+        rec = parse_line(line)
+        if rec is not None:
+            out.append((rec[0], rec[1], window.label_of[rec[2]]))
+    return out
+
+
+def user_counts(window: Window) -> Counter:
+    return Counter(i.user for i in window.instances)

@@ -1,15 +1,36 @@
-"""Questions with exact gold answers for one window (OOLONG task groups + Pairs).
+"""OOLONG-synth questions for one window: every family, official tie rules and subsample.
 
-Every gold is computed from the window's instances (their hidden labels included);
-``tests/benchmarks/test_generator.py`` recomputes each one from the rendered context
-and the side table. A question whose answer would be a tie is skipped.
+Sources: ``shared/reference/FACTS.md`` §4 (the question families of the official
+``task_constructors``, whose file is not in the stored snapshot of
+``abertsch72/oolong``), the official question wording quoted in public OOLONG runs
+("In the above data, which of the labels is the most common? Give your final answer
+in the form 'Label: answer' …"), and ``src/data_gen/oolong-synth/subsample.py``.
+
+Families are generated in the official order — counting, then user, then timeline —
+and inside a family one question per task in turn (round robin), so a window lists
+e.g. most/second/least common label, then every label pair, then every per-label count.
+
+Tie rules (official): a "which label / user / date is the most …" question whose top
+is tied is dropped; a relative-frequency question whose two counts differ by at most
+2% (of the larger) is dropped unless they are equal ("same frequency").
+
+Subsample (``subsample.py``): the released set keeps the **first 25** generated
+questions of each window (its per-type filters compute a list that is never used),
+so for six-label trec_coarse the 25 are almost all counting questions, while two-label
+datasets reach the user and timeline families.
+
+Golds are stored as OOLONG stores them: ``repr([gold])``, dates as
+``"[datetime.date(Y, M, D)]"``, months as ``"['March 2023']"`` (type MONTH_YEAR, so the
+score never depends on today's date).
 """
 
 from __future__ import annotations
 
+import calendar
 import datetime
 import random
 from collections import Counter, defaultdict
+from itertools import combinations, zip_longest
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -21,146 +42,244 @@ NUMERIC = "ANSWER_TYPE.NUMERIC"
 COMPARISON = "ANSWER_TYPE.COMPARISON"
 DATE = "ANSWER_TYPE.DATE"
 MONTH_YEAR = "ANSWER_TYPE.MONTH_YEAR"
-PAIRS = "ANSWER_TYPE.PAIRS"  # this project's own type for the Pairs task
+PAIRS = "ANSWER_TYPE.PAIRS"  # this project's own type for OOLONG-Pairs (scored by F1)
 
-_FMT = {
-    LABEL: "Give your final answer in the form 'Label: <label>'.",
-    USER: "Give your final answer in the form 'User: <user id>'.",
-    NUMERIC: "Give your final answer in the form 'Answer: <number>'.",
-    COMPARISON: "Give your final answer in the form 'Answer: <label A> is <more common than / "
-                "less common than / same frequency as> <label B>'.",
-    DATE: "Give your final answer in the form 'Date: <YYYY-MM-DD>'.",
-    PAIRS: "Give your final answer as a list of pairs '(a, b)' with a < b.",
-}
+SUBSAMPLE = 25  # subsample.py: this_window[:25]
+NEAR_TIE = 0.02  # relative-frequency questions within 2% are skipped unless equal
+
+_NUM = " Give your final answer in the form 'Answer: number'."
+_USR = " Give your final answer in the form 'User: [X]', where [X] is the user ID."
+_DAT = " Give your final answer in the form 'Date: [X]', where [X] is the date."
 
 
-def _unique_top(counter: Counter, reverse: bool = True, rank: int = 0):
-    """The element at ``rank`` of the ordering by count, or None if tied with a neighbour."""
+def _lab_fmt(labels) -> str:
+    return (" Give your final answer in the form 'Label: answer' where answer is one of the "
+            "labels: " + ", ".join(labels) + ".")
+
+
+def _cmp_fmt(a: str, b: str) -> str:
+    return (f" Give your final answer in the form 'Answer: {a} is [X] {b}', where [X] is "
+            f"'more common than', 'less common than', or 'same frequency as'.")
+
+
+def unique_rank(counter: Counter, rank: int = 0, reverse: bool = True):
+    """The key at position ``rank`` of the count ordering, or None when its count is
+    shared with any other key (a tie at that rank) or the rank does not exist."""
     items = sorted(counter.items(), key=lambda kv: kv[1], reverse=reverse)
     if len(items) <= rank:
         return None
     value = items[rank][1]
-    if sum(1 for _, c in items if c == value) != 1:
+    return None if sum(1 for _, c in items if c == value) != 1 else items[rank][0]
+
+
+def relation(ca: int, cb: int) -> str | None:
+    """'more common than' / 'less common than' / 'same frequency as'; None for a near tie
+    (0 < |ca - cb| <= 2% of max)."""
+    if ca == cb:
+        return "same frequency as"
+    if abs(ca - cb) <= NEAR_TIE * max(ca, cb):
         return None
-    return items[rank][0]
+    return "more common than" if ca > cb else "less common than"
 
 
-def month_of(day: datetime.date) -> datetime.date:
-    return day.replace(day=1)
+def month_key(day: datetime.date) -> tuple[int, int]:
+    return day.year, day.month
+
+
+def month_name(key: tuple[int, int]) -> str:
+    return f"{calendar.month_name[key[1]]} {key[0]}"
+
+
+def fmt_day(day: datetime.date) -> str:
+    return day.strftime("%b %d, %Y")
 
 
 def make_questions(window: Window, rng: random.Random) -> list[Question]:
+    """All questions of the window in official generation order (before subsampling)."""
     from .generator import Question
 
     inst = window.instances
     labels = list(window.labels)
-    by_label = Counter(i.label for i in inst)
+    by_label = Counter({lab: 0 for lab in labels})
+    by_label.update(i.label for i in inst)
     by_user = Counter(i.user for i in inst)
     out: list[Question] = []
 
-    def add(group: str, task: str, text: str, gold, answer_type: str, **params) -> None:
+    def q(group, task, task_type, text, gold, answer_type, **params):
         if isinstance(gold, datetime.date):
             answer = f"[{gold!r}]"
-        elif answer_type == PAIRS:
-            answer = repr(sorted(gold))
         else:
             answer = repr([gold])
-        qid = f"{window.dataset}-{window.context_tokens}-{window.seed}-{len(out):02d}-{task}"
-        out.append(Question(qid, group, task, f"{text} {_FMT[answer_type]}", answer,
-                            answer_type, params))
+        return (group, task, task_type, text, answer, answer_type, params)
 
-    # --- counting -----------------------------------------------------------------
-    top = _unique_top(by_label)
+    # ---- counting -----------------------------------------------------------------
+    counting: list[list] = [[], [], [], [], []]
+    top = unique_rank(by_label)
     if top is not None:
-        add("counting", "most_common_label",
-            "Which of the labels is the most common among the instances?", top, LABEL)
-    low = _unique_top(by_label, reverse=False)
+        counting[0].append(q("counting", "most_common_label", "TASK_TYPE.MOST_FREQ",
+                             "In the above data, which of the labels is the most common?"
+                             + _lab_fmt(labels), top, LABEL))
+    if len(labels) >= 3:
+        second = unique_rank(by_label, 1)
+        if second is not None:
+            counting[1].append(q("counting", "second_most_common_label",
+                                 "TASK_TYPE.SECOND_MOST_FREQ",
+                                 "In the above data, which of the labels is the second most "
+                                 "common?" + _lab_fmt(labels), second, LABEL))
+    low = unique_rank(by_label, reverse=False)
     if low is not None:
-        add("counting", "least_common_label",
-            "Which of the labels is the least common among the instances?", low, LABEL)
-    for lab in rng.sample(labels, min(2, len(labels))):
-        add("counting", "label_count",
-            f"How many instances should be labelled as '{lab}'?", by_label[lab], NUMERIC,
-            label=lab)
-    a, b = rng.sample(labels, 2)
-    rel = ("more common than" if by_label[a] > by_label[b]
-           else "less common than" if by_label[a] < by_label[b] else "same frequency as")
-    add("counting", "compare_labels",
-        f"Is the label '{a}' more common, less common, or the same frequency as the label '{b}'?",
-        rel, COMPARISON, a=a, b=b)
+        counting[2].append(q("counting", "least_common_label", "TASK_TYPE.LEAST_FREQ",
+                             "In the above data, which of the labels is the least common?"
+                             + _lab_fmt(labels), low, LABEL))
+    for a, b in combinations(labels, 2):
+        rel = relation(by_label[a], by_label[b])
+        if rel is not None:
+            counting[3].append(q("counting", "compare_labels", "TASK_TYPE.RELATIVE_FREQ",
+                                 f"In the above data, is label '{a}' more common, less common, or "
+                                 f"the same frequency as label '{b}'?" + _cmp_fmt(a, b),
+                                 rel, COMPARISON, a=a, b=b))
+    for lab in labels:
+        counting[4].append(q("counting", "label_count", "TASK_TYPE.NUMERIC_ONE_CLASS",
+                             f"In the above data, how many data points should be classified as "
+                             f"label '{lab}'?" + _NUM, by_label[lab], NUMERIC, label=lab))
+    spec = [x for fam in counting for x in fam]  # counting: task after task
 
-    # --- user ---------------------------------------------------------------------
-    for lab in rng.sample(labels, len(labels)):
-        best = _unique_top(Counter(i.user for i in inst if i.label == lab))
+    # ---- user ---------------------------------------------------------------------
+    user: list[list] = [[] for _ in range(6)]
+    top_u = unique_rank(by_user)
+    if top_u is not None:
+        user[0].append(q("user", "most_represented_user", "TASK_TYPE.MOST_FREQ",
+                         "In the above data, which user is represented most often?" + _USR,
+                         top_u, USER))
+    sec_u = unique_rank(by_user, 1)
+    if sec_u is not None and top_u is not None:
+        user[0].append(q("user", "second_most_represented_user", "TASK_TYPE.SECOND_MOST_FREQ",
+                         "In the above data, which user is represented second most often?" + _USR,
+                         sec_u, USER))
+    frequent = [u for u, _ in by_user.most_common(max(2, len(by_user) // 10))]
+    for lab in labels:
+        per = Counter(i.user for i in inst if i.label == lab)
+        best = unique_rank(per)
         if best is not None:
-            add("user", "user_most_label",
-                f"Which user has the most instances that should be labelled as '{lab}'?",
-                best, USER, label=lab)
-            break
-    best = _unique_top(by_user)
-    if best is not None:
-        add("user", "most_represented_user", "Which user has the most instances?", best, USER)
-    second = _unique_top(by_user, rank=1)
-    if second is not None and _unique_top(by_user) is not None:
-        add("user", "second_most_represented_user",
-            "Which user has the second most instances?", second, USER)
-    subset = sorted(rng.sample(sorted(by_user), min(5, len(by_user))))
-    for lab in rng.sample(labels, len(labels)):
-        sub = Counter({u: 0 for u in subset})
-        sub.update(i.user for i in inst if i.label == lab and i.user in subset)
-        best = _unique_top(sub)
-        if best is not None:
-            add("user", "subset_user_most_label",
-                f"Among the users {subset}, which user has the most instances that should be "
-                f"labelled as '{lab}'?", best, USER, label=lab, users=subset)
-            break
+            user[1].append(q("user", "user_most_label", "TASK_TYPE.MOST_FREQ",
+                             f"In the above data, which user has the most instances with the "
+                             f"label '{lab}'?" + _USR, best, USER, label=lab))
+        a, b = sorted(rng.sample(frequent, 2))
+        ca = sum(1 for i in inst if i.label == lab and i.user == a)
+        cb = sum(1 for i in inst if i.label == lab and i.user == b)
+        if ca != cb:
+            user[2].append(q("user", "user_a_or_b", "TASK_TYPE.RELATIVE_FREQ",
+                             f"In the above data, which user has more instances with the label "
+                             f"'{lab}': User {a} or User {b}?" + _USR, a if ca > cb else b, USER,
+                             label=lab, users=[a, b]))
+        subset = sorted(rng.sample(frequent, min(len(frequent), rng.randint(2, 5))))
+        cnt = sum(1 for i in inst if i.label == lab and i.user in subset)
+        user[3].append(q("user", "user_subset_count", "TASK_TYPE.NUMERIC_ONE_CLASS",
+                         f"For the following question, only consider the subset of instances "
+                         f"that are associated with user IDs {', '.join(map(str, subset))}. Among "
+                         f"instances associated with these users, how many data points should "
+                         f"be classified as label '{lab}'?" + _NUM, cnt, NUMERIC,
+                         label=lab, users=subset))
+    for a, b in combinations(labels, 2):
+        subset = sorted(rng.sample(frequent, min(len(frequent), rng.randint(2, 5))))
+        sub = Counter(i.label for i in inst if i.user in subset)
+        rel = relation(sub[a], sub[b])
+        if rel is not None:
+            user[4].append(q("user", "user_subset_compare", "TASK_TYPE.RELATIVE_FREQ",
+                             f"For the following question, only consider the subset of instances "
+                             f"that are associated with user IDs {', '.join(map(str, subset))}. "
+                             f"Among instances associated with these users, is label '{a}' more "
+                             f"common, less common, or the same frequency as label '{b}'?"
+                             + _cmp_fmt(a, b), rel, COMPARISON, a=a, b=b, users=subset))
+    spec += _round_robin(user)
 
-    # --- timeline -----------------------------------------------------------------
-    lab = rng.choice(labels)
-    day = rng.choice(inst).date
-    month = month_of(day)
-    add("timeline", "month_label_count",
-        f"How many instances dated in {month.strftime('%B %Y')} should be labelled as '{lab}'?",
-        sum(1 for i in inst if i.label == lab and month_of(i.date) == month), NUMERIC,
-        label=lab, month=month.isoformat())
-    lab = rng.choice(labels)
-    cut = rng.choice(inst).date
-    add("timeline", "before_date_count",
-        f"How many instances dated before {cut.strftime('%b %d, %Y')} should be labelled as "
-        f"'{lab}'?", sum(1 for i in inst if i.label == lab and i.date < cut), NUMERIC,
-        label=lab, before=cut.isoformat())
-    per_month: dict[datetime.date, Counter] = defaultdict(Counter)
+    # ---- timeline -----------------------------------------------------------------
+    tl: list[list] = [[] for _ in range(10)]
+    days = sorted({i.date for i in inst})
+    per_month: dict[tuple[int, int], Counter] = defaultdict(Counter)
     for i in inst:
-        per_month[month_of(i.date)][i.label] += 1
-    ordered = rng.sample([(p, q) for p in labels for q in labels if p != q],
-                         len(labels) * (len(labels) - 1))
-    # prefer a rarer label overtaking a commoner one (its first month is not trivial)
-    ordered.sort(key=lambda xy: by_label[xy[0]] >= by_label[xy[1]])
-    for x, y in ordered:
-        firsts = [m for m in sorted(per_month) if per_month[m][x] > per_month[m][y]]
-        if firsts:
-            add("timeline", "first_month_beats",
-                f"What is the first month in which instances labelled as '{x}' outnumber "
-                f"instances labelled as '{y}'? Answer with the first day of that month.",
-                firsts[0], DATE, x=x, y=y)
-            break
+        per_month[month_key(i.date)][i.label] += 1
+    months = sorted(per_month)
+    for lab in labels:
+        cut = rng.choice(days)
+        before = sum(1 for i in inst if i.label == lab and i.date < cut)
+        after = sum(1 for i in inst if i.label == lab and i.date >= cut)
+        rel = relation(before, after)
+        if rel is not None:
+            gold = {"more common than": "more common", "less common than": "less common",
+                    "same frequency as": "the same frequency"}[rel]
+            tl[0].append(q("timeline", "before_after", "TASK_TYPE.RELATIVE_FREQ",
+                           f"In the above data, is label '{lab}' more common, less common, or the "
+                           f"same frequency among instances dated before {fmt_day(cut)} as among "
+                           f"instances dated on or after {fmt_day(cut)}? Give your final answer in "
+                           f"the form 'Answer: [X]', where [X] is 'more common', 'less common', "
+                           f"or 'the same frequency'.", gold, COMPARISON, label=lab,
+                           cut=cut.isoformat()))
+        mon = rng.randint(1, 12)
+        tl[1].append(q("timeline", "month_count", "TASK_TYPE.NUMERIC_ONE_CLASS",
+                       f"For the following question, only consider the subset of instances that "
+                       f"occur in {calendar.month_name[mon]} of any year. Among these instances, "
+                       f"how many data points should be classified as label '{lab}'?" + _NUM,
+                       sum(1 for i in inst if i.label == lab and i.date.month == mon), NUMERIC,
+                       label=lab, month=mon))
+        d1, d2 = sorted(rng.sample(days, 2))
+        tl[2].append(q("timeline", "range_count", "TASK_TYPE.NUMERIC_ONE_CLASS",
+                       f"For the following question, only consider the subset of instances that "
+                       f"occur between {fmt_day(d1)} and {fmt_day(d2)} (inclusive). Among these "
+                       f"instances, how many data points should be classified as label "
+                       f"'{lab}'?" + _NUM,
+                       sum(1 for i in inst if i.label == lab and d1 <= i.date <= d2), NUMERIC,
+                       label=lab, start=d1.isoformat(), end=d2.isoformat()))
+        single = sum(1 for m in months if unique_rank(per_month[m]) == lab)
+        tl[3].append(q("timeline", "months_single_most", "TASK_TYPE.MONTH_IS_MOST_FREQ",
+                       f"In the above data, for how many months (each month of each year counted "
+                       f"separately) is '{lab}' the single most frequent label, with more "
+                       f"instances than every other label?" + _NUM, single, NUMERIC, label=lab))
     by_date = Counter(i.date for i in inst)
-    top_day = _unique_top(by_date)
-    if top_day is not None:
-        add("timeline", "date_exactly_n",
-            f"Which date appears on exactly {by_date[top_day]} lines?", top_day, DATE,
-            n=by_date[top_day])
+    top_d = unique_rank(by_date)
+    if top_d is not None:
+        tl[4].append(q("timeline", "most_frequent_date", "TASK_TYPE.MOST_FREQ",
+                       "In the above data, which date appears most often?" + _DAT, top_d, DATE))
+        sec_d = unique_rank(by_date, 1)
+        if sec_d is not None:
+            tl[4].append(q("timeline", "second_most_frequent_date", "TASK_TYPE.SECOND_MOST_FREQ",
+                           "In the above data, which date appears second most often?" + _DAT,
+                           sec_d, DATE))
+    hist = Counter(by_date.values())
+    for n in (1, 2, 3):
+        tl[5].append(q("timeline", "dates_exactly_n", "TASK_TYPE.REPRESENTED_N_TIMES",
+                       f"In the above data, how many distinct dates appear on exactly {n} "
+                       f"line{'s' if n > 1 else ''}?" + _NUM, hist.get(n, 0), NUMERIC, n=n))
+    pairs = [(x, y) for x in labels for y in labels if x != y]
+    rng.shuffle(pairs)
+    for x, y in pairs[:len(labels)]:
+        firsts = [m for m in months if per_month[m][x] > per_month[m][y]]
+        if firsts:
+            tl[6].append(q("timeline", "first_month_beats", "TASK_TYPE.MONTH_FIRST_EXCEEDS",
+                           f"In the above data, what is the first month (month and year) in which "
+                           f"there are more instances with label '{x}' than with label '{y}'? Give "
+                           f"your final answer in the form 'Answer: [X]', where [X] is the month "
+                           f"and year, for example 'March 2023'.", month_name(firsts[0]),
+                           MONTH_YEAR, x=x, y=y))
+        tl[7].append(q("timeline", "months_beats_count", "TASK_TYPE.MONTH_COUNT_EXCEEDS",
+                       f"In the above data, for how many months (each month of each year counted "
+                       f"separately) are there more instances with label '{x}' than with label "
+                       f"'{y}'?" + _NUM, sum(1 for m in months if per_month[m][x] > per_month[m][y]),
+                       NUMERIC, x=x, y=y))
+    spec += _round_robin(tl)
 
-    # --- pairs (OOLONG-Pairs style) -------------------------------------------------
-    cands = sorted(u for u, _ in by_user.most_common(8))
-    for lab in rng.sample(labels, len(labels)):  # prefer a non-trivial pair set
-        have = {i.user for i in inst if i.label == lab}
-        pairs = [(u, v) for k, u in enumerate(cands) for v in cands[k + 1:]
-                 if u in have and v in have]
-        if 0 < len(pairs) < len(cands) * (len(cands) - 1) // 2:
-            break
-    add("pairs", "pairs_both_label",
-        f"Among the users {cands}, list every pair of users (a, b) with a < b such that both "
-        f"users have at least one instance that should be labelled as '{lab}'.",
-        pairs, PAIRS, label=lab, users=cands)
+    prefix = f"{window.dataset}-{window.context_tokens}-{window.seed}"
+    for k, (group, task, task_type, text, answer, answer_type, params) in enumerate(spec):
+        out.append(Question(f"{prefix}-{k:03d}-{task}", group, task, text, answer, answer_type,
+                            params, task_type))
     return out
+
+
+def _round_robin(families: list[list]) -> list:
+    """One question per family in turn: [f0[0], f1[0], …, f0[1], f1[1], …]."""
+    return [x for row in zip_longest(*families) for x in row if x is not None]
+
+
+def official_subsample(questions: list[Question]) -> list[Question]:
+    """``subsample.py``: the first 25 questions of the window, in generation order."""
+    return list(questions[:SUBSAMPLE])

@@ -1,26 +1,42 @@
-"""OOLONG scorers: the official synth scorer, the lenient variant, and Pairs set-F1.
+"""OOLONG scorers: the official synth scorer, RLM's lenient scorer, and Pairs set-F1.
 
-``score_official`` follows ``shared/reference/FACTS.md`` §4 step by step (written
-from that specification, not copied):
+Sources (read, then re-written here; no code copied):
 
-1. gold = the first element of the stored literal list; for a ``datetime`` answer, the
-   date.
-2. Parse the output: without ``:`` take the whole output if it is shorter than 20
-   characters, else its last whitespace-separated word. With ``:`` take the text after
-   the last ``:``, stripped, with every ``*``, ``[`` and ``]`` removed; only if that
-   candidate is 20 characters or longer and contains "more common", "less common" or
-   "same frequency" (checked in that order) is it replaced by that phrase.
-3. 1 if ``str(candidate) == str(gold)`` (case-sensitive); else, if the candidate is one
-   of the three phrases, 1 when it is contained in ``str(gold)`` (else 0); else for
-   NUMERIC ``0.75 ** |int(gold) - int(candidate)|`` (0 if either does not parse as an
-   int); else for DATE 1 if the candidate parsed by dateutil is the gold date (the
-   parsed datetime's date is compared, so "May 1, 2023" matches
-   ``datetime.date(2023, 5, 1)``); else 0.
+* ``score_official`` — ``abertsch72/oolong`` ``src/eval/eval_helpers.py``,
+  functions ``synth_attempt_answer_parse`` and ``synth_process_response``.
+* ``score_lenient`` — ``alexzhang13/rlm``
+  ``training/environments/oolong/oolong/env.py``, functions
+  ``_attempt_answer_parse`` and ``_synth_score`` (RLM's published OOLONG scorer).
+* ``pairs_f1`` — RLM paper (arXiv 2512.24601) §2.1 / appendix E.1: OOLONG-Pairs is
+  "scored by F1 over the answer"; the pair format is normalised here.
 
-``score_lenient`` (the variant RLM and the spec-PTC campaign report) additionally
-gives 1 for a case-insensitive match of the parsed candidate and for the gold string
-appearing anywhere in the output (case-insensitive, plain substring). Every number the
-benchmark reports names the scorer it used.
+Official rubric, step by step:
+
+1. gold = the first element of ``ast.literal_eval(answer)``; a stored date
+   ``"[datetime.date(Y, M, D)]"`` becomes a *midnight* ``datetime.datetime``.
+2. Candidate: without ``:`` the whole output when shorter than 20 characters, else its
+   last whitespace-separated word. With ``:`` the text after the last ``:``, stripped,
+   with every ``*``, ``[`` and ``]`` removed; only when that is >= 20 characters and
+   contains "more common" / "less common" / "same frequency" (checked in that order)
+   is it replaced by the phrase.
+3. 1 if ``str(candidate) == str(gold)``; else if the candidate is one of the three
+   phrases: 1 when it is contained in ``str(gold)``, else 0; else NUMERIC:
+   ``0.75 ** |int(gold) - int(candidate)|`` (0 when either is not an int); else DATE:
+   1 when ``dateutil.parser.parse(candidate) == gold`` (a parsed time of day or a
+   timezone makes it unequal; a missing day/month/year is filled from *today*, as
+   dateutil does); else 0. MONTH_YEAR / LABEL / USER / COMPARISON: exact string only.
+
+Deliberate divergence: output that is only whitespace and >= 20 characters long
+makes the official code raise ``IndexError`` (``"".split()[-1]``); here it scores 0.
+RLM's scorer raises the same way and gets the same treatment.
+
+RLM's lenient rubric (``score_lenient``) differs from the official one in four ways:
+(a) a full comparison phrase ("more common than" / "less common than" / "same
+frequency as") found anywhere in the output, case-insensitively, wins (the last one
+in the text); (b) a case-insensitive exact match scores 1; (c) NUMERIC and DATE
+answers return before any substring rule; (d) for other types, the gold string found
+anywhere in the output (case-insensitively) scores 1, except when the gold is a
+comparison phrase. A stored answer that does not parse is used as the gold string.
 """
 
 from __future__ import annotations
@@ -31,32 +47,31 @@ import re
 
 import dateutil.parser
 
-PHRASES = ("more common", "less common", "same frequency")
-_DATE_RE = re.compile(r"datetime\.date\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
-_PAIR_RE = re.compile(r"\(\s*'?(\d+)'?\s*,\s*'?(\d+)'?\s*\)")
+NUMERIC = "ANSWER_TYPE.NUMERIC"
+DATE = "ANSWER_TYPE.DATE"
+PHRASES = ("more common", "less common", "same frequency")  # official step 2/3
+FULL_PHRASES = ("more common than", "less common than", "same frequency as")  # RLM
+_DATE_FMT = "[datetime.date(%Y, %m, %d)]"
+_PAIR_RE = re.compile(r"[(\[]\s*['\"]?(\d+)['\"]?\s*,\s*['\"]?(\d+)['\"]?\s*[)\]]")
 
 
+# ---------------------------------------------------------------- official ------
 def parse_gold(answer: str):
-    """Step 1: the first element of the stored list; a ``datetime.date`` for date golds."""
-    m = _DATE_RE.search(answer)
-    if m is not None:
-        return datetime.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    value = ast.literal_eval(answer)
-    if isinstance(value, (list, tuple)):
-        return value[0] if value else ""
-    return value
+    """Official step 1: first element of the stored list; dates as midnight datetimes."""
+    if "datetime" in answer:
+        return datetime.datetime.strptime(answer, _DATE_FMT)
+    return ast.literal_eval(answer)[0]
 
 
 def parse_output(output: str) -> str:
-    """Step 2: the answer candidate extracted from a model's output."""
+    """Official step 2 (``synth_attempt_answer_parse``): the answer candidate."""
     if ":" not in output:
         if len(output) < 20:
             return output
         words = output.split()
-        return words[-1] if words else ""
+        return words[-1] if words else ""  # official: IndexError (see module doc)
     candidate = output.split(":")[-1].strip()
-    for ch in "*[]":
-        candidate = candidate.replace(ch, "")
+    candidate = candidate.replace("*", "").replace("[", "").replace("]", "")
     if len(candidate) >= 20:
         for phrase in PHRASES:
             if phrase in candidate:
@@ -65,66 +80,99 @@ def parse_output(output: str) -> str:
 
 
 def score_official(output: str, answer: str, answer_type: str) -> float:
-    """The official OOLONG-synth score of ``output`` against the stored ``answer``."""
+    """The official OOLONG-synth score (``synth_process_response``) as a float."""
     gold = parse_gold(answer)
     candidate = parse_output(str(output))
-    if str(candidate) == str(gold):
+    if candidate == str(gold):
         return 1.0
     if candidate in PHRASES:
         return 1.0 if candidate in str(gold) else 0.0
-    if answer_type == "ANSWER_TYPE.NUMERIC":
+    if answer_type == NUMERIC:
         try:
             return 0.75 ** abs(int(gold) - int(candidate))
-        except (TypeError, ValueError):
+        except Exception:  # the official code catches everything here too
             return 0.0
-    if answer_type == "ANSWER_TYPE.DATE":
+    if answer_type == DATE:
         try:
-            parsed = dateutil.parser.parse(candidate)
-        except (ValueError, OverflowError, TypeError):
+            return 1.0 if dateutil.parser.parse(candidate) == gold else 0.0
+        except Exception:
             return 0.0
-        gold_date = gold.date() if isinstance(gold, datetime.datetime) else gold
-        return 1.0 if parsed.date() == gold_date else 0.0
     return 0.0
 
 
+# ---------------------------------------------------------------- lenient (RLM) --
+def _last_full_phrase(output: str) -> str | None:
+    """RLM (a): the comparison phrase occurring last in the output, case-insensitively."""
+    low = output.lower()
+    hits = [(low.rfind(p), p) for p in FULL_PHRASES if p in low]
+    return max(hits)[1] if hits else None
+
+
+def parse_output_lenient(output: str) -> str:
+    """RLM's ``_attempt_answer_parse``: phrase anywhere first, then the official cut
+    without the >= 20-character phrase replacement."""
+    phrase = _last_full_phrase(output)
+    if phrase is not None:
+        return phrase
+    if ":" not in output:
+        if len(output) < 20:
+            return output
+        words = output.split()
+        return words[-1] if words else ""  # RLM: IndexError (see module doc)
+    return output.split(":")[-1].strip().replace("*", "").replace("[", "").replace("]", "")
+
+
+def _gold_lenient(answer: str):
+    try:
+        return parse_gold(answer)
+    except Exception:
+        return answer
+
+
 def score_lenient(output: str, answer: str, answer_type: str) -> float:
-    """Official score, raised to 1 on a case-insensitive match or gold found in the output."""
-    official = score_official(output, answer, answer_type)
-    if official == 1.0:
+    """RLM's published OOLONG-synth scorer (``_synth_score``)."""
+    output = str(output)
+    gold = _gold_lenient(answer)
+    candidate = parse_output_lenient(output)
+    gold_s = str(gold)
+    if candidate == gold_s or candidate.lower() == gold_s.lower():
         return 1.0
-    gold = str(parse_gold(answer))
-    if parse_output(str(output)).strip().lower() == gold.lower():
+    if answer_type == NUMERIC:
+        try:
+            return 0.75 ** abs(int(gold) - int(candidate))
+        except Exception:
+            return 0.0
+    if answer_type == DATE:
+        try:
+            return 1.0 if dateutil.parser.parse(candidate) == gold else 0.0
+        except Exception:
+            return 0.0
+    if gold_s and gold_s.lower() not in FULL_PHRASES and gold_s.lower() in output.lower():
         return 1.0
-    if gold.lower() in str(output).lower():
-        return 1.0
-    return official
+    return 0.0
 
 
-def parse_pairs(value) -> set[tuple[str, str]]:
-    """Pairs from a string (every ``(a, b)`` in it) or an iterable of 2-sequences,
-    normalised to ``(min, max)`` as strings."""
+# ---------------------------------------------------------------- pairs ----------
+def parse_pairs(value) -> set[tuple[int, int]]:
+    """Normalised pair set: every ``(a, b)`` / ``[a, b]`` of integers in a string (or an
+    iterable of 2-sequences), as ``(min, max)``; self-pairs dropped, duplicates merged."""
     if isinstance(value, str):
         raw = _PAIR_RE.findall(value)
     else:
-        raw = [(a, b) for a, b in value]
+        raw = [tuple(p) for p in value]
     out = set()
     for a, b in raw:
-        a, b = str(a).strip(), str(b).strip()
-        out.add((a, b) if _key(a) <= _key(b) else (b, a))
+        a, b = int(a), int(b)
+        if a != b:
+            out.add((min(a, b), max(a, b)))
     return out
 
 
-def _key(s: str):
-    return (0, int(s), "") if s.isdigit() else (1, 0, s)
-
-
 def pairs_f1(predicted, gold) -> float:
-    """Set F1 between predicted and gold pairs (unordered within a pair). Both empty: 1."""
+    """Set F1 between predicted and gold pairs (RLM paper §2.1). Both empty: 1."""
     p, g = parse_pairs(predicted), parse_pairs(gold)
     if not p and not g:
         return 1.0
-    if not p or not g:
-        return 0.0
     tp = len(p & g)
     if tp == 0:
         return 0.0
@@ -132,10 +180,45 @@ def pairs_f1(predicted, gold) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+# ---------------------------------------------------------------- OOLONG-real ----
+_BOXED = (re.compile(r"\\boxed\{\\text\{([^}]*)\}\}"), re.compile(r"\\boxed[{]+([^}]*)[}]+"))
+
+
+def _real_value(text: str):
+    """int, list of str (comma-separated) or str (``dnd_parse_answer``)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    if "," in text:
+        return [x.strip() for x in text.split(",") if x.strip()]
+    return text
+
+
+def score_real(output: str, answer: str) -> float:
+    """OOLONG-real (D&D) score after ``eval_helpers.dnd_process_response``: the
+    ``\\boxed{}`` answer; ints 0.75^|diff|, strings case-insensitive equality, lists the
+    share of gold items present; no box or mismatched kinds: 0."""
+    m = _BOXED[0].search(output) or _BOXED[1].search(output)
+    if m is None:
+        return 0.0
+    got, gold = _real_value(m.group(1)), _real_value(str(answer))
+    if isinstance(gold, int) and isinstance(got, int):
+        return 0.75 ** abs(gold - got)
+    if isinstance(gold, str) and isinstance(got, str):
+        return float(gold.strip().lower() == got.strip().lower())
+    if isinstance(gold, list) and isinstance(got, list):
+        return len(set(gold) & set(got)) / len(gold) if gold else 0.0
+    return 0.0
+
+
 def score(output: str, answer: str, answer_type: str, scorer: str = "official") -> float:
-    """Dispatch: PAIRS questions use ``pairs_f1``; others the named scorer."""
+    """Dispatch: PAIRS questions use ``pairs_f1``, OOLONG-real rows ``score_real``;
+    others the named scorer."""
     if answer_type == "ANSWER_TYPE.PAIRS":
         return pairs_f1(output, answer)
+    if answer_type == "ANSWER_TYPE.REAL":
+        return score_real(str(output), answer)
     if scorer == "official":
         return score_official(output, answer, answer_type)
     if scorer == "lenient":

@@ -1,175 +1,195 @@
-"""OOLONG-style generator: determinism, format, gold answers recounted from the text."""
+"""OOLONG-synth generator: the official construction (counts, users, labels, dates,
+header/footer, 25-question subsample, tie rules) on every dataset."""
 
-import ast
 import datetime
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 
 import pytest
 
-from spectool_bench.oolong import (DATASETS, estimate_tokens, generate_window, parse_gold,
-                               parse_line, score_official)
+from spectool_bench.oolong import DATASETS, generate_window, parse_gold, parse_line, score_official
+from spectool_bench.oolong.generator import FIRST_DAY, LAST_DAY, label_counts
+from spectool_bench.oolong.questions import relation, unique_rank
+from spectool_bench.oolong.specs import SPECS, instance_count
 
-SIZES = (1024, 4096, 16384)
+OFFICIAL_LABELS = {  # datasets_loader.py label lists
+    "trec_coarse": {"abbreviation", "entity", "description and abstract concept", "human being",
+                    "location", "numeric value"},
+    "spam": {"ham", "spam"}, "imdb": {"negative", "positive"},
+    "agnews": {"World", "Sports", "Business", "Sci/Tech"}, "negation": {"True", "False"},
+    "yahoo": {"Society & Culture", "Science & Mathematics", "Health", "Education & Reference",
+              "Computers & Internet", "Sports", "Business & Finance", "Entertainment & Music",
+              "Family & Relationships", "Politics & Government"},
+    "formality": {"formal", "informal"}, "multinli": {"entailment", "neutral", "contradiction"},
+    "metaphors": {"correct", "incorrect"}, "app_reviews": {"negative", "positive"},
+}
 
 
-@pytest.fixture(scope="module", params=[("trec_coarse", 4096, 0), ("trec_coarse", 16384, 3),
-                                        ("imdb", 8192, 1), ("trec_coarse", 1024, 7)])
+@pytest.fixture(scope="module", params=[("trec_coarse", 8192, 0), ("trec_coarse", 32768, 3),
+                                        ("imdb", 16384, 1), ("spam", 8192, 2), ("yahoo", 4096, 5)])
 def window(request):
     return generate_window(*request.param)
 
 
 def test_deterministic():
-    a = generate_window("trec_coarse", 4096, 5)
-    b = generate_window("trec_coarse", 4096, 5)
+    a, b = generate_window("trec_coarse", 4096, 5), generate_window("trec_coarse", 4096, 5)
     assert a.context == b.context
-    assert [(q.text, q.answer) for q in a.questions] == [(q.text, q.answer) for q in b.questions]
+    assert [(q.text, q.answer) for q in a.all_questions] == [(q.text, q.answer) for q in b.all_questions]
     assert generate_window("trec_coarse", 4096, 6).context != a.context
 
 
-@pytest.mark.parametrize("size", SIZES)
-def test_size_tracks_target(size):
-    w = generate_window("trec_coarse", size, 0)
-    assert 0.6 * size <= estimate_tokens(w.context) <= size
+def test_instance_counts_follow_the_official_token_estimates():
+    assert instance_count("trec_coarse", 32768) == 787  # the issue's official figures
+    assert instance_count("imdb", 8192) == 19
+    for name, spec in SPECS.items():
+        n = len(generate_window(name, 8192, 0).instances)
+        assert n == (8192 * 0.95 - spec.prompt_tokens - 250) // spec.per_example_tokens
 
 
-def test_format(window):
-    lines = window.context.split("\n")
-    assert lines[0].startswith("The following lines contain")
-    assert "calculate the exact answer" in lines[0]
-    for lab in window.labels:
-        assert repr(lab) in lines[0]
-    assert lines[-1].startswith("Recall: the preceding lines")
-    body = lines[1:-1]
-    assert len(body) == len(window.instances)
-    for line in body:
+def test_all_ten_official_label_sets():
+    assert set(DATASETS) == set(OFFICIAL_LABELS)
+    for name, labels in OFFICIAL_LABELS.items():
+        assert set(DATASETS[name].labels) == labels
+
+
+def test_official_header_and_footer_with_shuffled_labels(window):
+    n = len(window.instances)
+    head = window.context.split("\n")[0]
+    assert head.startswith(f"The following lines contain {n} ")
+    assert (f"You will be asked to answer questions about the aggregate label statistics across "
+            f"all {n} examples in this dataset. Do not try to guess, estimate, or approximate the "
+            f"result. Calculate the exact answer given these datapoints.") in window.context
+    rows = window.context.split("\n")
+    recall = [k for k, x in enumerate(rows) if x.startswith(f"Recall: the preceding lines contain {n} ")]
+    assert len(recall) == 1 and " || Instance: " in rows[recall[0] - 1]
+    lines = [x for x in window.context.split("\n") if " || Instance: " in x]
+    assert len(lines) == n
+    for line in lines:
         assert re.fullmatch(r"Date: [A-Z][a-z]{2} \d{2}, 202[2-5] \|\| User: \d{5} \|\| Instance: .+", line)
+
+
+def test_label_order_is_shuffled_per_window():
+    orders = {generate_window("trec_coarse", 4096, s).labels for s in range(8)}
+    assert len(orders) > 1
+    w = generate_window("trec_coarse", 4096, 0)
+    quoted = ", ".join(f"'{x}'" for x in w.labels)
+    assert quoted in w.context.split("\n")[0]
+
+
+def test_label_mix_formula():
+    """softmax(randint(1, 30) ** (1/T)), T in 2..6, rounded; the counts sum to N."""
+    import random
+
+    rng = random.Random(1)
+    for _ in range(200):
+        t, counts = label_counts(787, 6, rng)
+        assert 2 <= t <= 6 and sum(counts) == 787 and min(counts) >= 0
+        # max weight ratio bound: exp(30 ** (1/T) - 1)
+        assert max(counts) <= (min(counts) + 1) * 2.72 ** (30 ** (1 / t) - 1) + 1
+
+
+def test_users_are_common_ids_plus_fresh_ones(window):
+    n = len(window.instances)
+    users = Counter(i.user for i in window.instances)
+    n_common = max(1, int(0.1 * n))
+    common = [u for u, _ in users.most_common(n_common)]
+    covered = sum(users[u] for u in common)
+    assert covered >= 0.6 * n  # ~80% of lines carry one of the common ids
+    if n >= 150:
+        assert users.most_common(1)[0][1] / n <= 0.1  # top-user share stays small
+
+
+def test_dates_within_the_official_range(window):
+    for i in window.instances:
+        assert FIRST_DAY <= i.date <= LAST_DAY
 
 
 def test_labels_not_in_text(window):
     words = {w.lower() for lab in window.labels for w in lab.split() if len(w) > 3}
     for inst in window.instances:
         low = inst.text.lower()
-        for lab in window.labels:
-            assert lab.lower() not in low
+        assert not any(lab.lower() in low for lab in window.labels), inst.text
         assert not words & set(re.findall(r"[a-z]+", low)), inst.text
 
 
-def test_side_table_consistent():
+def test_side_table_consistent_on_every_dataset():
     for name in DATASETS:
         w = generate_window(name, 8192, 2)
+        for line in w.context.split("\n"):
+            rec = parse_line(line)
+            if rec is not None:
+                assert w.label_of[rec[2]] in w.labels
         for inst in w.instances:
             assert w.label_of[inst.text] == inst.label
 
 
-def test_skew_and_user_reuse(window):
-    counts = Counter(i.label for i in window.instances)
-    assert set(counts) == set(window.labels)
-    assert 2.0 <= window.temperature <= 6.0
-    users = Counter(i.user for i in window.instances)
-    assert users.most_common(1)[0][1] > 1  # Zipf reuse
+def test_texts_vary():
+    w = generate_window("trec_coarse", 32768, 0)
+    texts = Counter(i.text for i in w.instances)
+    assert len(texts) >= 0.8 * len(w.instances)
 
 
-def test_every_group_present(window):
-    groups = {q.group for q in window.questions}
-    assert {"counting", "user", "timeline", "pairs"} <= groups
+def test_twenty_five_questions_first_in_generation_order(window):
+    assert window.questions == window.all_questions[:25]
+    order = {"counting": 0, "user": 1, "timeline": 2}
+    ranks = [order[q.group] for q in window.all_questions]
+    assert ranks == sorted(ranks)
 
 
-def _recount(window):
-    """Recompute every gold from the rendered context and the side table only."""
-    recs = []
-    for line in window.context.split("\n"):
-        parsed = parse_line(line)
-        if parsed is not None:
-            day, user, text = parsed
-            recs.append((day, user, window.label_of[text]))
-    by_label = Counter(r[2] for r in recs)
-    by_user = Counter(r[1] for r in recs)
-    out = {}
-    for q in window.questions:
-        p = q.params
-        t = q.task
-        if t == "most_common_label":
-            v = by_label.most_common(1)[0][0]
-        elif t == "least_common_label":
-            v = min(by_label, key=by_label.get)
-        elif t == "label_count":
-            v = by_label[p["label"]]
-        elif t == "compare_labels":
-            a, b = by_label[p["a"]], by_label[p["b"]]
-            v = "more common than" if a > b else "less common than" if a < b else "same frequency as"
-        elif t == "user_most_label":
-            v = Counter(u for _, u, lab in recs if lab == p["label"]).most_common(1)[0][0]
-        elif t == "most_represented_user":
-            v = by_user.most_common(1)[0][0]
-        elif t == "second_most_represented_user":
-            v = by_user.most_common(2)[1][0]
-        elif t == "subset_user_most_label":
-            c = Counter(u for _, u, lab in recs if lab == p["label"] and u in p["users"])
-            v = c.most_common(1)[0][0]
-        elif t == "month_label_count":
-            m = datetime.date.fromisoformat(p["month"])
-            v = sum(1 for d, _, lab in recs if lab == p["label"] and (d.year, d.month) == (m.year, m.month))
-        elif t == "before_date_count":
-            cut = datetime.date.fromisoformat(p["before"])
-            v = sum(1 for d, _, lab in recs if lab == p["label"] and d < cut)
-        elif t == "first_month_beats":
-            pm = defaultdict(Counter)
-            for d, _, lab in recs:
-                pm[(d.year, d.month)][lab] += 1
-            y, m = next(k for k in sorted(pm) if pm[k][p["x"]] > pm[k][p["y"]])
-            v = datetime.date(y, m, 1)
-        elif t == "date_exactly_n":
-            v = next(d for d, c in Counter(r[0] for r in recs).items() if c == p["n"])
-        elif t == "pairs_both_label":
-            have = {u for _, u, lab in recs if lab == p["label"]}
-            v = sorted((a, b) for a in p["users"] for b in p["users"] if a < b and a in have and b in have)
-        out[q.qid] = v
-    return out
+def test_every_family_is_generated():
+    tasks = set()
+    for name in ("spam", "imdb", "trec_coarse"):
+        for s in range(3):
+            tasks |= {q.task_type for q in generate_window(name, 16384, s).all_questions}
+    assert {"TASK_TYPE.MOST_FREQ", "TASK_TYPE.SECOND_MOST_FREQ", "TASK_TYPE.LEAST_FREQ",
+            "TASK_TYPE.RELATIVE_FREQ", "TASK_TYPE.NUMERIC_ONE_CLASS",
+            "TASK_TYPE.REPRESENTED_N_TIMES", "TASK_TYPE.MONTH_FIRST_EXCEEDS",
+            "TASK_TYPE.MONTH_COUNT_EXCEEDS", "TASK_TYPE.MONTH_IS_MOST_FREQ"} <= tasks
 
 
-def test_gold_answers_recounted(window):
-    expected = _recount(window)
-    for q in window.questions:
-        if q.task == "pairs_both_label":
-            assert ast.literal_eval(q.answer) == expected[q.qid]
-        else:
-            assert parse_gold(q.answer) == expected[q.qid], q.task
+def test_first_month_question_is_month_year():
+    for s in range(4):
+        for q in generate_window("spam", 8192, s).all_questions:
+            if q.task == "first_month_beats":
+                assert q.answer_type == "ANSWER_TYPE.MONTH_YEAR"
+                assert re.fullmatch(r"\['[A-Z][a-z]+ 20\d\d'\]", q.answer)
 
 
-def test_stored_like_oolong(window):
-    for q in window.questions:
-        assert q.answer_type.startswith("ANSWER_TYPE.")
-        if q.answer_type == "ANSWER_TYPE.DATE":
-            assert re.fullmatch(r"\[datetime\.date\(\d{4}, \d{1,2}, \d{1,2}\)\]", q.answer)
-        elif q.answer_type == "ANSWER_TYPE.LABEL":
-            assert q.answer == repr([parse_gold(q.answer)])
-        elif q.answer_type in ("ANSWER_TYPE.NUMERIC", "ANSWER_TYPE.USER"):
-            assert re.fullmatch(r"\[\d+\]", q.answer)
-        elif q.answer_type == "ANSWER_TYPE.COMPARISON":
-            assert parse_gold(q.answer) in ("more common than", "less common than", "same frequency as")
+def test_tie_rules():
+    assert unique_rank(Counter({"a": 3, "b": 3, "c": 1})) is None
+    assert unique_rank(Counter({"a": 3, "b": 2, "c": 2}), 1) is None
+    assert unique_rank(Counter({"a": 3, "b": 2, "c": 1}), 1) == "b"
+    assert relation(100, 99) is None  # within 2%: skipped
+    assert relation(100, 100) == "same frequency as"
+    assert relation(100, 97) == "more common than"
+
+
+def test_tied_top_user_question_is_dropped():
+    dropped = kept = 0
+    for s in range(30):
+        w = generate_window("trec_coarse", 8192, s)
+        users = Counter(i.user for i in w.instances).most_common(2)
+        asked = any(q.task == "most_represented_user" for q in w.all_questions)
+        assert asked == (users[0][1] != users[1][1])
+        dropped += not asked
+        kept += asked
+    assert dropped and kept
 
 
 def test_gold_scores_one_in_answer_format(window):
-    for q in window.questions:
-        if q.answer_type == "ANSWER_TYPE.PAIRS":
-            continue
+    for q in window.all_questions:
         g = parse_gold(q.answer)
         prefix = {"ANSWER_TYPE.LABEL": "Label", "ANSWER_TYPE.USER": "User",
                   "ANSWER_TYPE.DATE": "Date"}.get(q.answer_type, "Answer")
-        assert score_official(f"{prefix}: {g}", q.answer, q.answer_type) == 1.0
-
-
-def test_pairs_task(window):
-    q = next(q for q in window.questions if q.group == "pairs")
-    pairs = ast.literal_eval(q.answer)
-    users = q.params["users"]
-    assert all(a < b and a in users and b in users for a, b in pairs)
-    assert str(users) in q.text
+        if isinstance(g, datetime.datetime):
+            g = g.date()
+        assert score_official(f"{prefix}: {g}", q.answer, q.answer_type) == 1.0, q.text
 
 
 def test_bad_args():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown dataset"):
         generate_window("nope", 4096, 0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=">= 1024"):
         generate_window("trec_coarse", 100, 0)
+    with pytest.raises(ValueError, match="instance"):
+        generate_window("imdb", 1024, 0)

@@ -1,99 +1,241 @@
-"""The official OOLONG-synth scorer (every branch of FACTS.md §4), lenient, pairs F1."""
+"""OOLONG scorers: the official rubric, RLM's lenient rubric and Pairs F1.
 
+The differential tests compare ``score_official`` / ``score_lenient`` with a second,
+independent statement of each rubric written here (from the official
+``eval_helpers.py`` and RLM's ``env.py`` step lists) on >= 2,000 generated cases each.
+"""
+
+import ast
 import datetime
+import random
+import re
 
+import dateutil.parser
 import pytest
 
-from spectool_bench.oolong import pairs_f1, parse_gold, parse_output, score, score_lenient, score_official
+from spectool_bench.oolong import (pairs_f1, parse_gold, parse_output, parse_pairs, score,
+                                   score_lenient, score_official)
 
-L, U, N, C, D = ("ANSWER_TYPE.LABEL", "ANSWER_TYPE.USER", "ANSWER_TYPE.NUMERIC",
-                 "ANSWER_TYPE.COMPARISON", "ANSWER_TYPE.DATE")
+N, D, L, C, U, M = ("ANSWER_TYPE.NUMERIC", "ANSWER_TYPE.DATE", "ANSWER_TYPE.LABEL",
+                    "ANSWER_TYPE.COMPARISON", "ANSWER_TYPE.USER", "ANSWER_TYPE.MONTH_YEAR")
+SHORT = ("more common", "less common", "same frequency")
+FULL = ("more common than", "less common than", "same frequency as")
 
 
-def test_step1_gold():
+# ------------------------------------------------------------ reference rubrics --
+def ref_gold(answer):
+    m = re.fullmatch(r"\[datetime\.date\((\d+), (\d+), (\d+)\)\]", answer)
+    if "datetime" in answer:
+        return datetime.datetime(*map(int, m.groups()))  # midnight
+    return ast.literal_eval(answer)[0]
+
+
+def ref_official(output, answer, atype):
+    """Official rubric; whitespace-only output >= 20 chars raises, as the official code does."""
+    gold = ref_gold(answer)
+    if ":" in output:
+        cand = re.sub(r"[*\[\]]", "", output.rpartition(":")[2].strip())
+        if len(cand) >= 20:
+            cand = next((p for p in SHORT if p in cand), cand)
+    elif len(output) < 20:
+        cand = output
+    else:
+        cand = output.split()[-1]
+    gs = str(gold)
+    if cand == gs:
+        return 1.0
+    if cand in SHORT:
+        return float(cand in gs)
+    if atype == N:
+        try:
+            return 0.75 ** abs(int(gold) - int(cand))
+        except (ValueError, TypeError):
+            return 0.0
+    if atype == D:
+        try:
+            return float(dateutil.parser.parse(cand) == gold)
+        except (ValueError, OverflowError, TypeError):
+            return 0.0
+    return 0.0
+
+
+def ref_lenient(output, answer, atype):
+    """RLM's rubric; raises on whitespace-only output >= 20 chars without a phrase."""
+    try:
+        gold = ref_gold(answer)
+    except (ValueError, SyntaxError, AttributeError, IndexError):
+        gold = answer
+    low = output.lower()
+    found = sorted((low.rfind(p), p) for p in FULL if p in low)
+    if found:
+        cand = found[-1][1]
+    elif ":" in output:
+        cand = re.sub(r"[*\[\]]", "", output.rpartition(":")[2].strip())
+    elif len(output) < 20:
+        cand = output
+    else:
+        cand = output.split()[-1]
+    gs = str(gold)
+    if cand.lower() == gs.lower():
+        return 1.0
+    if atype == N:
+        try:
+            return 0.75 ** abs(int(gold) - int(cand))
+        except (ValueError, TypeError):
+            return 0.0
+    if atype == D:
+        try:
+            return float(dateutil.parser.parse(cand) == gold)
+        except (ValueError, OverflowError, TypeError):
+            return 0.0
+    if gs and gs.lower() not in FULL and gs.lower() in low:
+        return 1.0
+    return 0.0
+
+
+# ------------------------------------------------------------ generated cases ----
+GOLDS = [("['entity']", L), ("['description and abstract concept']", L), ("['True']", L),
+         ("['ham']", L), ("[44436]", U), ("['50213']", U), ("[7]", N), ("[28]", N), ("[0]", N),
+         ("['12']", N), ("['more common than']", C), ("['less common than']", C),
+         ("['same frequency as']", C), ("['more common']", C), ("['the same frequency']", C),
+         ("[datetime.date(2023, 5, 1)]", D), ("[datetime.date(2024, 12, 31)]", D),
+         ("['March 2023']", M), ("['January 2025']", M)]
+VALUES = ["entity", "Entity", "ENTITY", "description and abstract concept", "True", "true",
+          "spam", "ham", "44436", "44437", "50213", "7", "17", "6", "9", "28", "0", "-3", "12",
+          "12.0", " 7", "seven", "more common than", "less common than", "same frequency as",
+          "More Common Than", "more common", "the same frequency", "2023-05-01", "May 1, 2023",
+          "01/05/2023", "05/01/2023", "2023-05-01 12:30", "2023-05-01 9am", "May 1 2023 5pm", "2023-05-01T00:00:00Z",
+          "2024-12-31", "Dec 31, 2024", "May 2023", "March 2023", "march 2023", "January 2025",
+          "not sure", "", "N/A", "label entity is the answer"]
+PREFIXES = ["", "Answer: ", "Label: ", "User: ", "Date: ", "**Answer:** ", "Answer: [",
+            "The final answer is ", "After counting every line carefully, the result: ",
+            "x is ", "Answer: entity is ", "I think that the label 'a' is ", "Final: **"]
+SUFFIXES = ["", "]", ".", " b", "**", "\n", "  ", " entity"]
+
+
+def cases(n, seed):
+    rng = random.Random(seed)
+    out = [(" " * 25, "['entity']", L), ("\t \n" * 9, "[7]", N), ("", "[7]", N),
+           ("Answer: 17", "[7]", N), ("Date: 2023-05-01 9am", "[datetime.date(2023, 5, 1)]", D)]
+    while len(out) < n:
+        gold, atype = rng.choice(GOLDS)
+        out.append((rng.choice(PREFIXES) + rng.choice(VALUES) + rng.choice(SUFFIXES), gold, atype))
+    return out
+
+
+def _agree(ours, ref, case):
+    try:
+        expected = ref(*case)
+    except IndexError:  # the reference code crashes: ours documents 0
+        expected = 0.0
+    got = ours(*case)
+    return got == pytest.approx(expected, abs=1e-12), (case, got, expected)
+
+
+@pytest.mark.parametrize("ours,ref", [(score_official, ref_official), (score_lenient, ref_lenient)],
+                         ids=["official", "lenient"])
+def test_differential_2500_cases(ours, ref):
+    data = cases(2500, 8)
+    bad = [info for ok, info in (_agree(ours, ref, c) for c in data) if not ok]
+    assert not bad, bad[:5]
+    # the generated cases exercise every branch: full, partial, zero credit
+    scores = {ours(*c) for c in data}
+    assert 1.0 in scores and 0.0 in scores and any(0 < s < 1 for s in scores)
+
+
+def _old_official(output, answer, atype):  # the pre-fix scorer: compared dates only
+    gold = ref_gold(answer)
+    if atype == D:
+        try:
+            return float(dateutil.parser.parse(parse_output(output)).date() == gold.date())
+        except (ValueError, OverflowError):
+            return 0.0
+    return ref_official(output, answer, atype)
+
+
+def _old_lenient(output, answer, atype):  # the pre-fix lenient: gold substring first
+    gold = str(ref_gold(answer))
+    if gold.lower() in output.lower():
+        return 1.0
+    return ref_official(output, answer, atype)
+
+
+@pytest.mark.parametrize("broken,ref", [(_old_official, ref_official), (_old_lenient, ref_lenient)])
+def test_differential_catches_a_broken_scorer(broken, ref):
+    """Negative control: the same harness flags the scorers this issue replaced."""
+    data = [c for c in cases(2500, 8) if not c[0].isspace() and c[0]]
+    assert any(not _agree(broken, ref, c)[0] for c in data)
+
+
+# ------------------------------------------------------------ pinned behaviour ---
+def test_gold_parsing_matches_official():
     assert parse_gold("['abbreviation']") == "abbreviation"
     assert parse_gold("[28]") == 28
-    assert parse_gold("[datetime.date(2023, 5, 1)]") == datetime.date(2023, 5, 1)
-    assert parse_gold("['more common than']") == "more common than"
+    assert parse_gold("[datetime.date(2023, 5, 1)]") == datetime.datetime(2023, 5, 1)
 
 
-@pytest.mark.parametrize("output, expected", [
-    ("entity", "entity"),                                # no ':' and short: whole output
-    ("  entity ", "  entity "),                          # ... not even stripped
-    ("I think the answer is clearly entity", "entity"),  # no ':' and long: last word
-    ("Label: **[entity]**", "entity"),                   # after last ':', * [ ] removed
-    ("Reasoning: x. Label:  human being ", "human being"),
-    ("Answer: entity is more common than location", "more common"),
-    ("Answer: entity is less common than location", "less common"),
-    ("Answer: entity has the same frequency as location", "same frequency"),
-    ("Answer: more common", "more common"),              # < 20 chars: not replaced
-    ("Answer: description and abstract concept", "description and abstract concept"),
-    ("Answer: the same frequency but more common", "more common"),  # checked in order
-])
-def test_step2_parse(output, expected):
-    assert parse_output(output) == expected
+def test_output_parsing_steps():
+    assert parse_output("entity") == "entity"
+    assert parse_output("I believe the answer is entity") == "entity"
+    assert parse_output("Label: **entity**") == "entity"
+    assert parse_output("Answer: [42]") == "42"
+    assert parse_output("Answer: location is more common than entity") == "more common"
+    assert parse_output("Answer: more common") == "more common"  # < 20 chars: kept as is
 
 
-def test_step3_exact_match_case_sensitive():
-    assert score_official("Label: entity", "['entity']", L) == 1.0
-    assert score_official("Label: Entity", "['entity']", L) == 0.0
-    assert score_official("User: 44436", "[44436]", U) == 1.0
-    assert score_official("Label: human being", "['human being']", L) == 1.0
-
-
-def test_step3_comparison_phrases():
-    assert score_official("Answer: entity is more common than location", "['more common than']", C) == 1.0
-    assert score_official("Answer: entity is less common than location", "['more common than']", C) == 0.0
-    assert score_official("Answer: a is the same frequency as b here", "['same frequency as']", C) == 1.0
-    assert score_official("more common", "['more common than']", C) == 1.0  # phrase in gold
-
-
-def test_step3_numeric():
+def test_numeric_partial_credit_and_no_substring_credit():
     assert score_official("Answer: 28", "[28]", N) == 1.0
-    assert score_official("Answer: 30", "[28]", N) == pytest.approx(0.75 ** 2)
-    assert score_official("Answer: 25", "[28]", N) == pytest.approx(0.75 ** 3)
-    assert score_official("Answer: twenty", "[28]", N) == 0.0
-    assert score_official("Answer: 28.0", "[28]", N) == 0.0  # int() fails
-    assert score_official("Answer: 30", "[28]", L) == 0.0  # not numeric type: no partial credit
+    assert score_official("Answer: 26", "[28]", N) == pytest.approx(0.75 ** 2)
+    assert score_lenient("Answer: 17", "[7]", N) == pytest.approx(0.75 ** 10)  # not 1.0
+    assert score_official("Answer: many", "[28]", N) == 0.0
 
 
-def test_step3_date():
+def test_date_with_time_of_day_scores_zero():
     gold = "[datetime.date(2023, 5, 1)]"
-    assert score_official("Date: 2023-05-01", gold, D) == 1.0  # str(date) matches
-    assert score_official("Date: May 1, 2023", gold, D) == 1.0  # dateutil
-    assert score_official("The first month is May 01 2023", gold, D) == 0.0  # last word '2023'
-    assert score_official("Date: 2023-05-02", gold, D) == 0.0
-    assert score_official("Date: not a date at all, sorry", gold, D) == 0.0
-    assert score_official("Date: 2023-05-01", gold, L) == 1.0  # exact str match for any type
+    assert score_official("Date: May 1, 2023", gold, D) == 1.0
+    assert score_official("Date: 2023-05-01 9am", gold, D) == 0.0  # a time of day: unequal
+    assert score_lenient("Date: May 1 2023 5pm", gold, D) == 0.0
 
 
-def test_other_types_zero():
-    assert score_official("Label: location", "['entity']", L) == 0.0
-    assert score_official("", "['entity']", L) == 0.0
+def test_month_year_is_exact_and_independent_of_today():
+    assert score_official("Answer: March 2023", "['March 2023']", M) == 1.0
+    assert score_official("Answer: 2023-03-01", "['March 2023']", M) == 0.0
+    assert score_lenient("Answer: march 2023", "['March 2023']", M) == 1.0
 
 
-def test_lenient():
-    assert score_lenient("Label: Entity", "['entity']", L) == 1.0  # case-insensitive
-    assert score_lenient("I believe it is entity overall, yes.", "['entity']", L) == 1.0
-    assert score_lenient("Label: location", "['entity']", L) == 0.0
-    assert score_lenient("Answer: 30", "[28]", N) == pytest.approx(0.75 ** 2)
-    assert score_lenient("Answer: 28", "[28]", N) == 1.0
+def test_comparison_phrases():
+    assert score_official("Answer: a is more common than b", "['more common than']", C) == 1.0
+    assert score_official("Answer: a is less common than b", "['more common than']", C) == 0.0
+    assert score_official("More common than b, I think", "['more common than']", C) == 0.0
+    assert score_lenient("More common than b, I think", "['more common than']", C) == 1.0
 
 
-def test_pairs_f1():
-    gold = "[(1, 2), (2, 3), (3, 4)]"
-    assert pairs_f1("(1, 2), (2, 3), (3, 4)", gold) == 1.0
-    assert pairs_f1("(2, 1), (3, 2), (4, 3)", gold) == 1.0  # unordered within a pair
-    assert pairs_f1("(1, 2)", gold) == pytest.approx(2 * 1.0 * (1 / 3) / (1 + 1 / 3))
-    assert pairs_f1("(1, 2), (5, 6)", gold) == pytest.approx(2 * 0.5 * (1 / 3) / (0.5 + 1 / 3))
-    assert pairs_f1("", gold) == 0.0
-    assert pairs_f1("none", "[]") == 1.0
-    assert pairs_f1([(1, 2)], [(2, 1)]) == 1.0
+def test_whitespace_only_output_scores_zero_where_official_crashes():
+    with pytest.raises(IndexError):
+        ref_official(" " * 25, "['entity']", L)
+    assert score_official(" " * 25, "['entity']", L) == 0.0
+    assert score_lenient(" " * 25, "['entity']", L) == 0.0
+
+
+def test_case_sensitivity():
+    assert score("Label: Entity", "['entity']", L, "official") == 0.0
+    assert score("Label: Entity", "['entity']", L, "lenient") == 1.0
+    with pytest.raises(ValueError, match="unknown scorer"):
+        score("x", "['x']", L, "fuzzy")
+
+
+def test_pairs_f1_normalises_format():
+    gold = "(1, 2)\n(2, 3)\n(3, 4)"
+    assert pairs_f1("(2,1), [3, 2], (3, 4), (3, 4)", gold) == 1.0
+    assert pairs_f1("(1, 2)", gold) == pytest.approx(2 * 1 * (1 / 3) / (1 + 1 / 3))
+    assert pairs_f1("[]", "[]") == 1.0
+    assert pairs_f1("[]", gold) == 0.0
+    assert pairs_f1("(5, 6)", gold) == 0.0
+    assert parse_pairs([(3, 1), (1, 3), (2, 2)]) == {(1, 3)}
     assert score("(1, 2), (2, 3), (3, 4)", gold, "ANSWER_TYPE.PAIRS") == 1.0
 
 
-def test_score_dispatch():
-    assert score("Label: Entity", "['entity']", L, "official") == 0.0
-    assert score("Label: Entity", "['entity']", L, "lenient") == 1.0
-    with pytest.raises(ValueError):
-        score("x", "['x']", L, "fuzzy")
+def test_real_rows_use_the_dnd_rubric():
+    assert score(r"so \boxed{12}", "12", "ANSWER_TYPE.REAL") == 1.0
+    assert score(r"\boxed{10}", "12", "ANSWER_TYPE.REAL") == pytest.approx(0.75 ** 2)
+    assert score("12", "12", "ANSWER_TYPE.REAL") == 0.0
