@@ -33,6 +33,7 @@ from typing import Any, AsyncIterable, Iterable, Literal
 import anyio
 import anyio.lowlevel
 
+from .admission import Admission
 from .errors import RuntimeClosedError, StreamError
 from .executor import InProcessExecutor
 from .segmenter import CellClosed, Segmenter, StatementClosed, TailChanged
@@ -82,6 +83,9 @@ class Runtime:
     worker_limits: a ``spectool.WorkerLimits`` for the subprocess executor.
     on_event: called synchronously with every trace ``Event`` as it happens (progress
     displays, tests); it must not block.
+    admission: ``True`` (default: a speculation is launched only when its expected
+    saving beats its expected cost, ``spectool.admission``), ``False`` (launch every
+    bet), or an ``Admission`` object (e.g. shared by several runtimes on one server).
     """
 
     def __init__(self, tools: Iterable[Any] = (), mode: Mode = "spec",
@@ -89,7 +93,8 @@ class Runtime:
                  max_in_flight: int = 16, max_dispatches_per_turn: int = 256,
                  max_arg_bytes_in_flight: int = 4 << 20, max_output_bytes: int | None = None,
                  shadow_limits: Any = None, languages: tuple[str, ...] = ("repl", "python"),
-                 worker_limits: Any = None, on_event: Any = None, limits: Any = None) -> None:
+                 worker_limits: Any = None, on_event: Any = None, limits: Any = None,
+                 admission: Any = True) -> None:
         if limits is not None:
             if shadow_limits is not None:
                 raise ValueError("pass limits or shadow_limits, not both")
@@ -113,6 +118,12 @@ class Runtime:
         else:
             self.executor = executor
         self.budget = Budget(max_in_flight, max_arg_bytes_in_flight)
+        # cost-aware admission (spectool.admission), learned across this runtime's turns
+        if isinstance(admission, bool):
+            admission = Admission(enabled=admission)
+        elif not isinstance(admission, Admission):
+            raise TypeError("admission must be True, False or a spectool.admission.Admission")
+        self.admission: Admission = admission
         if mode != "baseline":
             # import the shadow now, not inside the first turn's worker thread (where its
             # import time would delay the first speculations)
@@ -195,7 +206,8 @@ class _Turn:
             store = Store(rt.tools, tg, budget=rt.budget, trace=self.trace, stats=self.stats,
                           turn_id=self.turn_id, max_dispatches=rt.max_dispatches_per_turn,
                           max_output_bytes=rt.max_output_bytes,
-                          passthrough=rt.mode == "baseline")
+                          passthrough=rt.mode == "baseline",
+                          admission=None if rt.mode == "baseline" else rt.admission)
             shadow_scope = anyio.CancelScope()
             if rt.mode != "baseline":
                 from ._shadow_driver import ShadowDriver
