@@ -135,6 +135,10 @@ class Runtime:
         self.on_event = on_event
         self._id = next(_runtime_ids)
         self._turns = 0
+        # functions earlier cells defined: name -> (def source, its tree, the function
+        # object the real run made); replayed into the next turns' shadow while the
+        # name still holds that object, so calls to them can be speculated
+        self._defs: dict[str, tuple[str, Any, Any]] = {}
         self._lock: anyio.Lock | None = None
         self._closed = False
 
@@ -211,8 +215,14 @@ class _Turn:
             shadow_scope = anyio.CancelScope()
             if rt.mode != "baseline":
                 from ._shadow_driver import ShadowDriver
+                variables = rt.executor.variables()
                 self.shadow = ShadowDriver(rt.tools, store, self.trace, rt.shadow_limits,
-                                           _snapshot(rt.executor.variables()))
+                                           _snapshot(variables))
+                for name, (source, tree, obj) in list(rt._defs.items()):
+                    if variables.get(name) is obj:
+                        self.shadow.feed_statement(source, tree)
+                    else:                       # re-bound since: forget it
+                        del rt._defs[name]
                 if rt.mode == "spec":
                     tg.start_soon(self._run_shadow, shadow_scope)
             segmenter = Segmenter(rt.languages)
@@ -238,6 +248,7 @@ class _Turn:
                 t0 = self.trace.now()
                 results = await self._execute(store)
                 self.stats.t_exec = self.trace.now() - t0
+                self._remember_defs(results)
             shadow_scope.cancel()      # the shadow stops when the real run finishes
             store.close()              # unclaimed speculations are cancelled for real
         self.stats.t_turn = self.trace.now()
@@ -286,6 +297,26 @@ class _Turn:
                 self._pending_statements = []
                 if spec:
                     self.shadow.feed_tail("")
+
+    def _remember_defs(self, results: list[CellResult]) -> None:
+        """Top-level ``def`` statements (no decorators) of the cells that ran: kept
+        with the function object they made (see ``Runtime._defs``)."""
+        if self.rt.mode == "baseline":
+            return
+        variables = None
+        for (_cell, statements), res in zip(self.cells, results):
+            if not res.ran or res.error is not None:
+                continue
+            for source, tree in statements:
+                body = getattr(tree, "body", None)
+                if (not body or len(body) != 1 or type(body[0]).__name__ != "FunctionDef"
+                        or body[0].decorator_list):
+                    continue
+                if variables is None:
+                    variables = self.rt.executor.variables()
+                obj = variables.get(body[0].name)
+                if callable(obj):
+                    self.rt._defs[body[0].name] = (source, tree, obj)
 
     async def _run_shadow(self, scope: anyio.CancelScope) -> None:
         with scope:
