@@ -43,6 +43,7 @@ __all__ = ["ReplAgent", "AgentResult", "TurnRecord", "SYSTEM_PROMPT", "STAT_FIEL
 STAT_FIELDS = (
     "dispatched", "hits", "misses", "evicted", "wasted",
     "saved_s", "t_stream", "t_exec", "t_turn",
+    "executions", "executions_unclaimed", "executions_cancelled", "admission_declined",
 )
 
 SYSTEM_PROMPT = """\

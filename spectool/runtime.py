@@ -33,6 +33,7 @@ from typing import Any, AsyncIterable, Iterable, Literal
 import anyio
 import anyio.lowlevel
 
+from .admission import Admission
 from .errors import RuntimeClosedError, StreamError
 from .executor import InProcessExecutor
 from .segmenter import CellClosed, Segmenter, StatementClosed, TailChanged
@@ -82,6 +83,9 @@ class Runtime:
     worker_limits: a ``spectool.WorkerLimits`` for the subprocess executor.
     on_event: called synchronously with every trace ``Event`` as it happens (progress
     displays, tests); it must not block.
+    admission: ``True`` (default: a speculation is launched only when its expected
+    saving beats its expected cost, ``spectool.admission``), ``False`` (launch every
+    bet), or an ``Admission`` object (e.g. shared by several runtimes on one server).
     """
 
     def __init__(self, tools: Iterable[Any] = (), mode: Mode = "spec",
@@ -89,7 +93,8 @@ class Runtime:
                  max_in_flight: int = 16, max_dispatches_per_turn: int = 256,
                  max_arg_bytes_in_flight: int = 4 << 20, max_output_bytes: int | None = None,
                  shadow_limits: Any = None, languages: tuple[str, ...] = ("repl", "python"),
-                 worker_limits: Any = None, on_event: Any = None, limits: Any = None) -> None:
+                 worker_limits: Any = None, on_event: Any = None, limits: Any = None,
+                 admission: Any = True) -> None:
         if limits is not None:
             if shadow_limits is not None:
                 raise ValueError("pass limits or shadow_limits, not both")
@@ -113,6 +118,12 @@ class Runtime:
         else:
             self.executor = executor
         self.budget = Budget(max_in_flight, max_arg_bytes_in_flight)
+        # cost-aware admission (spectool.admission), learned across this runtime's turns
+        if isinstance(admission, bool):
+            admission = Admission(enabled=admission)
+        elif not isinstance(admission, Admission):
+            raise TypeError("admission must be True, False or a spectool.admission.Admission")
+        self.admission: Admission = admission
         if mode != "baseline":
             # import the shadow now, not inside the first turn's worker thread (where its
             # import time would delay the first speculations)
@@ -124,6 +135,10 @@ class Runtime:
         self.on_event = on_event
         self._id = next(_runtime_ids)
         self._turns = 0
+        # functions earlier cells defined: name -> (def source, its tree, the function
+        # object the real run made); replayed into the next turns' shadow while the
+        # name still holds that object, so calls to them can be speculated
+        self._defs: dict[str, tuple[str, Any, Any]] = {}
         self._lock: anyio.Lock | None = None
         self._closed = False
 
@@ -195,12 +210,19 @@ class _Turn:
             store = Store(rt.tools, tg, budget=rt.budget, trace=self.trace, stats=self.stats,
                           turn_id=self.turn_id, max_dispatches=rt.max_dispatches_per_turn,
                           max_output_bytes=rt.max_output_bytes,
-                          passthrough=rt.mode == "baseline")
+                          passthrough=rt.mode == "baseline",
+                          admission=None if rt.mode == "baseline" else rt.admission)
             shadow_scope = anyio.CancelScope()
             if rt.mode != "baseline":
                 from ._shadow_driver import ShadowDriver
+                variables = rt.executor.variables()
                 self.shadow = ShadowDriver(rt.tools, store, self.trace, rt.shadow_limits,
-                                           _snapshot(rt.executor.variables()))
+                                           _snapshot(variables))
+                for name, (source, tree, obj) in list(rt._defs.items()):
+                    if variables.get(name) is obj:
+                        self.shadow.feed_statement(source, tree)
+                    else:                       # re-bound since: forget it
+                        del rt._defs[name]
                 if rt.mode == "spec":
                     tg.start_soon(self._run_shadow, shadow_scope)
             segmenter = Segmenter(rt.languages)
@@ -226,6 +248,7 @@ class _Turn:
                 t0 = self.trace.now()
                 results = await self._execute(store)
                 self.stats.t_exec = self.trace.now() - t0
+                self._remember_defs(results)
             shadow_scope.cancel()      # the shadow stops when the real run finishes
             store.close()              # unclaimed speculations are cancelled for real
         self.stats.t_turn = self.trace.now()
@@ -274,6 +297,26 @@ class _Turn:
                 self._pending_statements = []
                 if spec:
                     self.shadow.feed_tail("")
+
+    def _remember_defs(self, results: list[CellResult]) -> None:
+        """Top-level ``def`` statements (no decorators) of the cells that ran: kept
+        with the function object they made (see ``Runtime._defs``)."""
+        if self.rt.mode == "baseline":
+            return
+        variables = None
+        for (_cell, statements), res in zip(self.cells, results):
+            if not res.ran or res.error is not None:
+                continue
+            for source, tree in statements:
+                body = getattr(tree, "body", None)
+                if (not body or len(body) != 1 or type(body[0]).__name__ != "FunctionDef"
+                        or body[0].decorator_list):
+                    continue
+                if variables is None:
+                    variables = self.rt.executor.variables()
+                obj = variables.get(body[0].name)
+                if callable(obj):
+                    self.rt._defs[body[0].name] = (source, tree, obj)
 
     async def _run_shadow(self, scope: anyio.CancelScope) -> None:
         with scope:

@@ -32,10 +32,16 @@ Semantics (pinned in docs/INTERFACES.md):
 * Non-speculatable calls are never started by the shadow; it may *observe* them
   (``observe``): a handle that finishes with a plain-data snapshot of the real call's
   result when the real run makes that call (see ``spectool.observations``).
+* Admission (``spectool.admission``): before a new speculative execution is
+  dispatched, the runtime's ``Admission`` weighs its claim probability against the
+  measured contention of the tool; a declined launch is just a later miss. Every tool
+  execution is counted (``executions``, ``executions_unclaimed``,
+  ``executions_cancelled``) and timed for the contention model.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import hashlib
@@ -48,6 +54,7 @@ from typing import Any, Mapping
 import anyio
 from anyio.abc import TaskGroup
 
+from .admission import Admission
 from .budget import Budget, Ticket
 from .errors import ToolArgumentError, ToolError
 from .keys import call_key
@@ -84,7 +91,8 @@ class Entry:
 
     __slots__ = ("tool", "args", "kwargs", "key", "occurrence", "origin", "state",
                  "value", "error", "done", "scope", "claimed", "promoted", "t_launch",
-                 "t_start", "t_done", "arg_bytes", "idempotency_key", "withdrawn", "ticket")
+                 "t_start", "t_done", "arg_bytes", "idempotency_key", "withdrawn", "ticket",
+                 "klass")
 
     def __init__(self, tool: Any, args: tuple, kwargs: dict, key: str, origin: str,
                  t_launch: float) -> None:
@@ -108,6 +116,7 @@ class Entry:
         self.arg_bytes = len(key)
         self.idempotency_key: str | None = None
         self.ticket: Ticket | None = None
+        self.klass: str | None = None   # admission class, for learning claim rates
 
     @property
     def finished(self) -> bool:
@@ -123,7 +132,8 @@ class Store:
 
     def __init__(self, tools: Mapping[str, Any], task_group: TaskGroup, *, budget: Budget,
                  trace: Trace, stats: TurnStats, turn_id: str, max_dispatches: int = 256,
-                 max_output_bytes: int | None = None, passthrough: bool = False) -> None:
+                 max_output_bytes: int | None = None, passthrough: bool = False,
+                 admission: Admission | None = None) -> None:
         self.tools = dict(tools)
         self.passthrough = passthrough   # baseline: every real call runs its tool, nothing shared
         self._tg = task_group
@@ -142,6 +152,10 @@ class Store:
         self.finished_count = 0  # speculations finished so far (see finished_signal)
         self.observations = Observations(trace)
         self.closed = False
+        self.admission = admission
+        self._launched: list[Entry] = []      # every dispatched entry (admission learning)
+        # declined by admission: (tool, key, occurrence it would have had) -> class
+        self._declined: dict[tuple[str, str, int], str] = {}
 
     # ------------------------------------------------------------------ shadow side
     def launch(self, tool_name: str, args: tuple, kwargs: dict, *,
@@ -175,8 +189,12 @@ class Store:
         if self.stats.dispatched >= self.max_dispatches:
             self._decline(tool.name, "dispatch budget", origin)
             return None
+        klass = self._admit(tool, key, origin, duplicate=False)
+        if klass is None:
+            return None
         self._spec_pos[k] += 1
         entry = Entry(tool, args, kwargs, key, origin, self.trace.now())
+        entry.klass = klass
         self._place(entry, k, occ)
         self._dispatch(entry)
         return entry
@@ -240,7 +258,8 @@ class Store:
             covered = max(0, len(fifo) - self._spec_pos[k])
             covered += sum(1 for b in self._bets if b.tool.name == k[0] and b.key == k[1])
             for tool, args, kwargs in calls[covered:]:
-                if self._bet(tool, args, kwargs, k[1], origin=origin) is None:
+                if (self._bet(tool, args, kwargs, k[1], origin=origin) is None
+                        and self.stats.dispatched >= self.max_dispatches):
                     return
 
     def lookahead_outcome(self, tool_name: str, args: tuple, kwargs: dict,
@@ -313,6 +332,7 @@ class Store:
             self.stats.misses += count
             self._nokey_calls += 1
             self.trace.add("claim_miss", tool=tool.name, reason="baseline", count=count)
+            self.stats.executions += count
             return await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes,
                                   idempotency_key=f"{self.turn_id}:{tool.name}:"
                                                   f"call{self._nokey_calls}")
@@ -324,9 +344,10 @@ class Store:
             self._nokey_calls += 1
             self.stats.misses += 1
             self.trace.add("claim_miss", tool=tool.name, reason="no key")
-            return await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes,
-                                  idempotency_key=f"{self.turn_id}:{tool.name}:"
-                                                  f"nokey{self._nokey_calls}")
+            with self._executing(tool.name):
+                return await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes,
+                                      idempotency_key=f"{self.turn_id}:{tool.name}:"
+                                                      f"nokey{self._nokey_calls}")
         entry, fresh = self._entry_for_real_call(tool, args, kwargs, key)
         if fresh:
             return await self._run_inline(entry, "miss")
@@ -354,6 +375,7 @@ class Store:
         entry = Entry(tool, args, kwargs, key, "real", self.trace.now())
         self._place(entry, k, occ)
         entry.claimed = True
+        self._declined_was_needed(tool.name, key, occ)
         return entry, True
 
     def _promote(self, entry: Entry) -> bool:
@@ -406,8 +428,9 @@ class Store:
             self.trace.add("claim_miss", tool=target.name, reason="batched",
                            count=len(missing), via=tool.name)
             try:
-                values = await tool.run(([items[i] for i, _ in missing], *rest), kwargs,
-                                        max_output_bytes=self.max_output_bytes)
+                with self._executing(target.name, len(missing)):
+                    values = await tool.run(([items[i] for i, _ in missing], *rest), kwargs,
+                                            max_output_bytes=self.max_output_bytes)
                 if not isinstance(values, (list, tuple)) or len(values) != len(missing):
                     raise ToolError(f"{tool.name}() returned {type(values).__name__} "
                                     f"of the wrong length for {len(missing)} items", tool=tool.name)
@@ -462,9 +485,10 @@ class Store:
         entry.error = None
         entry.t_start = self.trace.now()
         try:
-            entry.value = await entry.tool.run(
-                entry.args, entry.kwargs, idempotency_key=entry.idempotency_key,
-                max_output_bytes=self.max_output_bytes)
+            with self._executing(entry.tool.name):
+                entry.value = await entry.tool.run(
+                    entry.args, entry.kwargs, idempotency_key=entry.idempotency_key,
+                    max_output_bytes=self.max_output_bytes)
         except Exception as exc:
             entry.error = exc
             raise
@@ -486,6 +510,7 @@ class Store:
             for entry in fifo:
                 if not entry.claimed:
                     self._retire(entry)
+        self._learn()
 
     # ------------------------------------------------------------------ internals
     def _prepare(self, tool_name: str, args: tuple, kwargs: dict, origin: str,
@@ -506,6 +531,66 @@ class Store:
             return None if quiet else self._decline(tool_name, "arguments not plain data", origin)
         return tool, args, kwargs, key
 
+    # ---------------------------------------------------------- admission, executions
+    def _admit(self, tool: Any, key: str, origin: str, duplicate: bool) -> str | None:
+        """The admission class of a launch it allows; None (traced, counted) if the
+        launch is not expected to pay (``spectool.admission``)."""
+        if self.admission is None:
+            return "unmanaged"   # no admission: launch everything
+        d = self.admission.decide(tool.name, origin, duplicate)
+        if d.launch:
+            return d.klass
+        k = (tool.name, key)
+        occ = len(self._fifo.get(k, ())) + sum(1 for b in self._bets
+                                               if b.tool is tool and b.key == key)
+        self._declined.setdefault((tool.name, key, occ), d.klass)
+        self.stats.admission_declined += 1
+        self.stats.declined += 1
+        self.trace.add("decline", tool=tool.name, reason="admission", origin=origin,
+                       klass=d.klass, p=round(d.p, 3), alpha=round(d.alpha, 3))
+        return None
+
+    def _declined_was_needed(self, tool_name: str, key: str, occ: int) -> None:
+        """A real call missed: a bet declined for this key at this (or an earlier)
+        occurrence would have been claimed."""
+        if self.admission is None or not self._declined:
+            return
+        for rec in [r for r in self._declined if r[0] == tool_name and r[1] == key
+                    and r[2] <= occ]:
+            self.admission.settle(tool_name, self._declined.pop(rec), claimed=True)
+            return
+
+    def _learn(self) -> None:
+        """Turn end: tell the admission model which launched bets were claimed."""
+        if self.admission is None:
+            return
+        for entry in self._launched:
+            if entry.klass in (None, "unmanaged"):
+                continue
+            self.admission.settle(entry.tool.name, entry.klass, claimed=entry.claimed)
+        for (tool_name, _, _), klass in self._declined.items():
+            self.admission.settle(tool_name, klass, claimed=False)
+        self._launched.clear()
+        self._declined.clear()
+
+    @contextlib.contextmanager
+    def _executing(self, tool_name: str, count: int = 1):
+        """Count ``count`` executions of a tool and time them for the contention model
+        (a cancelled execution gives no latency sample)."""
+        self.stats.executions += count
+        runs = ([self.admission.started(tool_name) for _ in range(count)]
+                if self.admission is not None else [])
+        ok = False
+        try:
+            yield
+            ok = True
+        except Exception:
+            ok = True
+            raise
+        finally:
+            for run in runs:
+                self.admission.finished(run, ok)
+
     def _decline(self, tool_name: str, reason: str, origin: str) -> None:
         self.stats.declined += 1
         self.trace.add("decline", tool=tool_name, reason=reason, origin=origin)
@@ -521,13 +606,21 @@ class Store:
              origin: str = "tail") -> Entry | None:
         if self.stats.dispatched >= self.max_dispatches:
             return self._decline(tool.name, "dispatch budget", origin)
+        duplicate = bool(self._fifo.get((tool.name, key))) or any(
+            b.tool is tool and b.key == key for b in self._bets)
+        klass = self._admit(tool, key, origin, duplicate)
+        if klass is None:
+            return None
         entry = Entry(tool, args, kwargs, key, origin, self.trace.now())
+        entry.klass = klass
         self._bets.append(entry)
         self._dispatch(entry)
         return entry
 
     def _dispatch(self, entry: Entry) -> None:
         self.stats.dispatched += 1
+        if self.admission is not None:
+            self._launched.append(entry)
         entry.ticket = self.budget.enqueue(entry.arg_bytes)
         self.trace.add("bet" if entry.origin in ("tail", "lookahead") else "launch",
                        tool=entry.tool.name, occurrence=entry.occurrence,
@@ -540,6 +633,7 @@ class Store:
             return
         if entry.finished:
             self.stats.wasted += 1
+            self.stats.executions_unclaimed += 1
             self.trace.add("wasted", tool=entry.tool.name, occurrence=entry.occurrence)
         else:
             self.stats.evicted += 1
@@ -563,9 +657,11 @@ class Store:
                     entry.state = EntryState.RUNNING
                     entry.t_start = self.trace.now()
                     try:
-                        entry.value = await tool.run(
-                            entry.args, entry.kwargs, idempotency_key=entry.idempotency_key,
-                            max_output_bytes=self.max_output_bytes)
+                        with self._executing(tool.name):
+                            entry.value = await tool.run(
+                                entry.args, entry.kwargs,
+                                idempotency_key=entry.idempotency_key,
+                                max_output_bytes=self.max_output_bytes)
                     except Exception as exc:
                         entry.error = exc
                     entry.t_done = self.trace.now()
@@ -579,6 +675,8 @@ class Store:
                     self.budget.release(entry.ticket)
         finally:
             if not entry.finished and not entry.promoted:
+                if started:
+                    self.stats.executions_cancelled += 1
                 entry.state = EntryState.EVICTED
                 entry.done.set()
                 if started and tool.cancel is not None:

@@ -87,7 +87,10 @@ class TurnStats:
     by the real call itself; evicted: speculations cancelled before they finished;
     wasted: speculations that finished but nobody claimed; saved_s: tool time the
     real run did not wait for thanks to hits; t_stream: stream start to end;
-    t_exec: real execution of the cells; t_turn: the whole turn.
+    t_exec: real execution of the cells; t_turn: the whole turn. executions: runs
+    of speculatable tools that actually started (the baseline's count is the number
+    the cell needs; anything above it is speculative waste); executions_unclaimed /
+    executions_cancelled: the wasted ones that finished / were cut short.
     """
 
     dispatched: int = 0
@@ -102,6 +105,11 @@ class TurnStats:
     declined: int = 0
     withdrawn: int = 0
     calls: int = 0           # real calls to non-speculatable tools
+    # tool executions (speculatable tools; a batched call counts per element):
+    executions: int = 0            # started: real misses + speculations that started
+    executions_unclaimed: int = 0  # finished, but nobody claimed the result
+    executions_cancelled: int = 0  # started, then cancelled before finishing
+    admission_declined: int = 0    # launches the cost model declined (spectool.admission)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

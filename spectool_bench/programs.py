@@ -15,6 +15,20 @@ Each shape is modelled on real RLM trajectories over OOLONG windows:
   tool (``labelling_guide()``), so nothing can start before the real cell runs it.
 * ``pure_python``: questions answerable without labels (user / date counts): an
   exploration turn and a pure-Python aggregation turn, no sub-calls at all.
+* ``reassigned_loop``: a loop whose call argument (``prompt``) is re-assigned at the
+  end of the body for the next iteration: a peek at iteration i+1 taken while
+  iteration i waits still sees iteration i's prompt (a stale binding), the case
+  cost-aware admission exists for (``spectool.admission``).
+* ``batched_end``: what current models write in batch-first harnesses: the prompts
+  built by a comprehension and one ``llm_query_batched`` call as the cell's last line;
+  the aggregation in the next turn.
+* ``helper_across_cells``: a helper function defined in one cell (with an exploration
+  print) and called in a loop in the next turn's cell.
+
+Two mixes (``MIXES``) group the shapes the table reports side by side: ``loop-heavy``
+(the RLM paper's trajectories: blocking sub-calls in loops) and ``batched`` (current
+models in batch-first harnesses: exploration, one batched call at the end of a cell,
+helpers from earlier cells).
 
 Besides the message texts, a ``Program`` lists per turn the calls its cell makes, in
 execution order, each with the character offset in the message at which its
@@ -31,8 +45,13 @@ from dataclasses import dataclass, field
 
 from .oolong.generator import Question, Window
 
-SHAPES = ("loop_blocking", "batched", "helper_loop", "judge", "nonspec_dep", "pure_python")
-LABEL_SHAPES = SHAPES[:-1]
+SHAPES = ("loop_blocking", "batched", "helper_loop", "judge", "nonspec_dep", "pure_python",
+          "reassigned_loop", "batched_end", "helper_across_cells")
+LABEL_SHAPES = tuple(s for s in SHAPES if s != "pure_python")
+MIXES = {
+    "loop-heavy": ("loop_blocking", "helper_loop", "judge", "nonspec_dep", "reassigned_loop"),
+    "batched": ("batched", "batched_end", "helper_across_cells", "pure_python"),
+}
 GUIDE_TOOL_S = 1.0  # simulated latency of the non-speculatable ``labelling_guide()`` tool
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
@@ -186,6 +205,56 @@ def build_program(window: Window, question: Question, shape: str, seed: int = 0)
             specs.append(CallSpec("sub", off2, deps=(len(specs) - 1,)))
         turns.append(msg)
         calls.append(specs)
+    elif shape == "reassigned_loop":
+        first = f'prompt = PROMPT + "\\n".join(data[0:{chunk}])\n'
+        body = f'    prompt = PROMPT + "\\n".join(data[i:i + {chunk}])\n'
+        site = "llm_query(prompt)"
+        msg = _cell(plan + " I prepare each next prompt at the end of the loop body.",
+                    data + _prompt_const(window) + first + (
+                        "labels = []\n"
+                        f"for i in range({chunk}, len(data) + {chunk}, {chunk}):\n"
+                        f"    out = {site}\n"
+                        '    labels += out.strip().split("\\n")\n') + body
+                    + _RECORDS + agg + "FINAL(result)\n")
+        off0, off_body = _offset_after(msg, first), _offset_after(msg, body)
+        turns.append(msg)
+        calls.append([CallSpec("sub", off0 if k == 0 else off_body) for k in range(n_calls)])
+    elif shape == "batched_end":
+        site = "llm_query_batched(prompts)"
+        msg = _cell(plan + " The chunks are independent: one batch, then I look at the "
+                    "results in the next step.",
+                    data + _prompt_const(window) + (
+                        f'prompts = [PROMPT + "\\n".join(data[i:i + {chunk}]) for i in range(0, len(data), {chunk})]\n'
+                        'print(len(prompts), "prompts")\n'
+                        f"outs = {site}\n"))
+        off = _offset_after(msg, site)
+        turns.append(msg)
+        calls.append([CallSpec("sub", off) for _ in range(n_calls)])
+        turns.append(_cell("All chunks are labelled. Now I count in Python.",
+                           "labels = []\nfor out in outs:\n"
+                           '    labels += out.strip().split("\\n")\n' + _RECORDS + agg
+                           + 'answer["content"] = result\nanswer["ready"] = True\n'))
+        calls.append([])
+    elif shape == "helper_across_cells":
+        turns[0] = _cell(
+            "Let me look at the input and set up a helper I can reuse for every chunk.",
+            "print(len(context))\n"
+            'lines = context.split("\\n")\n'
+            "print(lines[1][:200])\n"
+            + data + _prompt_const(window) +
+            "def classify(rows):\n"
+            '    out = llm_query(PROMPT + "\\n".join(rows))\n'
+            '    return [x.strip() for x in out.strip().split("\\n")]\n'
+            'print(len(data), "instance lines")\n')
+        site = f"classify(data[i:i + {chunk}])"
+        msg = _cell(plan + " The helper from before does the labelling.",
+                    "labels = []\n"
+                    f"for i in range(0, len(data), {chunk}):\n"
+                    f"    labels += {site}\n"
+                    + _RECORDS + agg + "FINAL(result)\n")
+        off = _offset_after(msg, site)
+        turns.append(msg)
+        calls.append([CallSpec("sub", off) for _ in range(n_calls)])
     elif shape == "nonspec_dep":
         tool_site = "labelling_guide()"
         site = "llm_query(guide + PROMPT + chunk)"

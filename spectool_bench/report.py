@@ -11,7 +11,7 @@ import statistics
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
-from .programs import SHAPES
+from .programs import MIXES, SHAPES
 
 if TYPE_CHECKING:  # pragma: no cover
     from .runner import BenchConfig
@@ -122,7 +122,30 @@ def summarise(cfg: BenchConfig, runs: list[dict[str, Any]],
             if os_ and all(o is not None for o in os_) and sum(os_) > 0:
                 row["oracle_speedup"] = b / sum(os_)
         shape_rows.append(row)
-    return {"rows": rows, "shapes": shape_rows, "checks": _checks(runs, rows)}
+    return {"rows": rows, "shapes": shape_rows, "mixes": mix_rows(shape_rows),
+            "checks": _checks(runs, rows)}
+
+
+def mix_rows(shape_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per decoding and mix (``programs.MIXES``): the shapes' times summed per mode, the
+    speed-ups and the oracle bound over the same shapes."""
+    out = []
+    for dec in dict.fromkeys(r["decoding"] for r in shape_rows):
+        for mix, shapes in MIXES.items():
+            rs = [r for r in shape_rows if r["decoding"] == dec and r["shape"] in shapes]
+            if not rs or any("baseline_s" not in r for r in rs):
+                continue
+            row: dict[str, Any] = {"decoding": dec, "mix": mix,
+                                   "shapes": [r["shape"] for r in rs]}
+            b = sum(r["baseline_s"] for r in rs)
+            for mode in MODES:
+                if all(f"{mode}_s" in r for r in rs):
+                    row[f"{mode}_s"] = sum(r[f"{mode}_s"] for r in rs)
+                    row[f"{mode}_speedup"] = b / row[f"{mode}_s"] if row[f"{mode}_s"] else None
+            if all(r.get("oracle_speedup") for r in rs):
+                row["oracle_speedup"] = b / sum(r["baseline_s"] / r["oracle_speedup"] for r in rs)
+            out.append(row)
+    return out
 
 
 def _checks(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -192,6 +215,31 @@ def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
                 f"{_fmt(r.get('spec_speedup')):>8}{_fmt(r.get('oracle_speedup')):>9}"
                 f"{r.get('hits', 0):>6}{r.get('wasted', 0):>6}"
                 f"{_fmt(r.get('spec_score', r.get('baseline_score')), '.3f'):>7}")
+    if summary.get("mixes"):
+        lines += ["", "per mix (the shapes' times summed; loop-heavy = "
+                  + ", ".join(MIXES["loop-heavy"]) + "; batched = " + ", ".join(MIXES["batched"])
+                  + ")"]
+        head = (f"{'decoding':<12}{'mix':<12}{'baseline':>9}{'lazy':>8}{'spec':>8}"
+                f"{'lazy x':>8}{'spec x':>8}{'oracle x':>9}")
+        lines += [head, "-" * len(head)]
+        for r in summary["mixes"]:
+            lines.append(
+                f"{r['decoding']:<12}{r['mix']:<12}{_fmt(r.get('baseline_s'), '.1f'):>9}"
+                f"{_fmt(r.get('lazy_s'), '.1f'):>8}{_fmt(r.get('spec_s'), '.1f'):>8}"
+                f"{_fmt(r.get('lazy_speedup')):>8}{_fmt(r.get('spec_speedup')):>8}"
+                f"{_fmt(r.get('oracle_speedup')):>9}")
+    if summary.get("loaded"):
+        lines += ["", f"loaded server (SIMULATED server, latency x (1 + {cfg.loaded_alpha:g} (n - 1)) "
+                      f"with n requests in service; shapes {', '.join(cfg.loaded_shapes)}; "
+                      "concurrency 1, vanilla decoding; speed = baseline wall / wall; "
+                      "sent = sub-model requests the server got, needed = baseline's)"]
+        head = (f"{'mode':<9}{'admission':>10}{'wall ' + unit:>11}{'speed':>7}{'sent':>6}"
+                f"{'needed':>7}{'hits':>6}")
+        lines += [head, "-" * len(head)]
+        for r in summary["loaded"]:
+            lines.append(f"{r['mode']:<9}{('on' if r['admission'] else 'off'):>10}"
+                         f"{_fmt(r['wall_s'], '.1f'):>11}{_fmt(r['speed']):>7}{r['sent']:>6}"
+                         f"{r['needed'] if r['needed'] is not None else '-':>7}{r['hits']:>6}")
     checks = summary.get("checks")
     if checks:
         lines += ["", "scores identical across modes (same seed): "

@@ -65,6 +65,12 @@ class BenchConfig:
     max_turns: int = 6
     progress: bool = True
     plots: bool = True
+    admission: bool = True      # the runtime's cost-aware admission (spectool.admission)
+    # the loaded-server scenario: these shapes again, at concurrency 1, on a simulated
+    # server whose latency grows by ``loaded_alpha`` per extra call in flight, with
+    # admission on and off (None: skip)
+    loaded_alpha: float | None = 0.5
+    loaded_shapes: tuple[str, ...] = ("reassigned_loop",)
 
     def validate(self) -> None:
         bad = [m for m in self.modes if m not in MODES]
@@ -174,7 +180,7 @@ async def _run_episode(cfg: BenchConfig, ep: EpisodeSpec, mode: str, decoding: s
 
     extra = [labelling_guide] if ep.shape == "nonspec_dep" else []
     agent = spectool_agents.ReplAgent(root, sub, mode=mode, max_turns=cfg.max_turns,
-                                      tools=extra)
+                                      tools=extra, admission=cfg.admission)
     t0 = anyio.current_time()
     result = await agent.run(ep.window.context, ep.question.text)
     t1 = anyio.current_time()
@@ -309,6 +315,7 @@ async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
 
             await aclose_litellm()
     label_waste(runs)
+    loaded = await run_loaded(cfg) if cfg.simulated and cfg.loaded_alpha is not None else []
     oracle: dict[tuple, float | None] = {}
     for run in runs:
         if run["mode"] == "baseline" and run["concurrency"] == 1:
@@ -319,6 +326,7 @@ async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
         for e in run["episodes"]:
             e["oracle_t"] = oracle.get((run["decoding"], run["seed"], run["repeat"], e["episode"]))
     summary = summarise(cfg, runs, oracle)
+    summary["loaded"] = loaded
     report = {
         "models": SIMULATED if cfg.simulated else {"root": cfg.root_model or SIMULATED,
                                                    "sub": cfg.sub_model or SIMULATED},
@@ -338,6 +346,42 @@ async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
 
         report["plots"] = [str(p) for p in write_plots(report, out)]
     return report
+
+
+async def run_loaded(cfg: BenchConfig) -> list[dict[str, Any]]:
+    """The loaded-server scenario: ``cfg.loaded_shapes`` at concurrency 1 on a server
+    with ``alpha = cfg.loaded_alpha``, every mode with admission on and (lazy, spec) off;
+    the mode order rotates between the two passes. Rows: wall (simulated s), speed vs
+    baseline (baseline wall / wall), sub-model requests sent vs needed (baseline's)."""
+    from dataclasses import replace
+
+    shapes = tuple(sh for sh in cfg.loaded_shapes if sh in SHAPES)
+    if not shapes:
+        return []
+    lcfg = replace(cfg, alpha=cfg.loaded_alpha, shapes=shapes, concurrency=(1,),
+                   progress=False, plots=False)
+    episodes = make_workload(lcfg, cfg.seeds[0])
+    variants = [(m, True) for m in cfg.modes] + [(m, False) for m in cfg.modes
+                                                  if m != "baseline"]
+    results: dict[tuple[str, bool], dict[str, Any]] = {}
+    for mode, adm in variants:
+        run = await run_once(replace(lcfg, admission=adm), episodes, mode, "vanilla", 1)
+        results[(mode, adm)] = run
+    base = results.get(("baseline", True))
+    rows = []
+    for mode, adm in variants:
+        run = results[(mode, adm)]
+        sent = sum(1 for q in run["requests"] if q["kind"] == "sub")
+        rows.append({
+            "mode": mode, "admission": adm, "wall_s": run["wall"],
+            "speed": base["wall"] / run["wall"] if base and run["wall"] else None,
+            "sent": sent,
+            "needed": sum(1 for q in base["requests"] if q["kind"] == "sub") if base else None,
+            "executions": sum(e["stats"].get("executions", 0) for e in run["episodes"]),
+            "hits": sum(e["stats"].get("hits", 0) for e in run["episodes"]),
+            "scores": [e["score_official"] for e in run["episodes"]],
+        })
+    return rows
 
 
 def main_bench(cfg: BenchConfig) -> dict[str, Any]:

@@ -9,14 +9,22 @@ the call expression that determines its arguments); it then takes its latency. T
 oracle turn time is ``max(T_stream, max_c finish_c)``: every call starts the instant
 its arguments exist, nothing is wasted, executing Python takes no time.
 
+Loaded-server scenarios (``server_alpha`` set): ``llm_query`` is served by a
+**simulated** shared server (``spectool_bench.simulated.SimulatedServer``) whose latency
+grows with the calls in flight (``1 + alpha * (n - 1)`` times the solo latency), so a
+speculation nobody claims slows the calls the cell does need. ``exec`` columns count
+tool executions actually started per mode; the baseline's count is what the cell needs.
+
 Run: ``.venv/bin/python -m spectool_bench.turn_microbench [--rate 100] [--latency 0.5]``
-(wall clock: about 30 s with the defaults; ``--quick`` scales everything by 1/4).
+(wall clock: about 40 s with the defaults; ``--quick`` scales everything by 1/4;
+``--no-admission`` launches every bet, as before cost-aware admission existed).
 Every number is measured with real sleeps on this machine; the model is simulated.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -24,6 +32,8 @@ from dataclasses import dataclass, field
 import anyio
 
 import spectool
+
+from .simulated import SimulatedServer
 
 CHARS_PER_TOKEN = 4
 
@@ -43,6 +53,7 @@ class Scenario:
     message: str
     calls: list[Call]
     namespace: dict = field(default_factory=dict)
+    server_alpha: float | None = None   # None: llm_query sleeps; else a loaded server
 
 
 CONTEXT = "\n".join(f"record {i}: user{i % 3} wrote about topic {i % 4}" for i in range(8))
@@ -90,14 +101,43 @@ SCENARIOS = [
         'r2 = ask("beta")\n'
         "print(len(r1), len(r2))\n```\n",
         [Call('ask("alpha")'), Call('log("checkpoint")', tool="log"), Call('ask("beta")')]),
+    # a chain whose argument is re-assigned later in the loop body: a peek at the next
+    # iteration still sees the old binding and bets on a call nobody will make
+    Scenario(
+        "re-assigned chain x6, loaded",
+        "Improve the note six times, each step building on the last.\n```repl\n"
+        'note = "start"\n'
+        "for step in range(6):\n"
+        "    out = llm_query(note)\n"
+        '    note = "improve: " + out[:24]\n'
+        "print(note[:40])\n```\n",
+        [Call("llm_query(note)", deps=(i - 1,) if i else ()) for i in range(6)],
+        server_alpha=0.5),
+    Scenario(
+        "loop over lines x8, loaded",
+        "Classify each record, then count.\n```repl\n"
+        'lines = context.split("\\n")\n'
+        "labels = []\n"
+        "for line in lines:\n"
+        '    labels.append(llm_query(f"classify: {line}"))\n'
+        'print(sum(1 for x in labels if "topic" in x))\n```\n',
+        [Call('llm_query(f"classify: {line}")', repeat=8)],
+        {"context": CONTEXT}, server_alpha=0.5),
 ]
 
 
-def make_tools(latency: float, log_latency: float):
+def make_tools(latency: float, log_latency: float, server_alpha: float | None = None):
+    server = (None if server_alpha is None else
+              SimulatedServer(max_batch=64, alpha=server_alpha, time_scale=1.0))
+
     @spectool.tool(speculate="pure")
     async def llm_query(prompt: str) -> str:
-        await anyio.sleep(latency)
-        return f"answer to <{prompt[:30]}> about topic"
+        if server is None:
+            await anyio.sleep(latency)
+        else:
+            await server.serve(latency)
+        digest = hashlib.sha256(prompt.encode()).hexdigest()[:8]
+        return f"answer {digest} to <{prompt[:30]}> about topic"
 
     @spectool.tool
     async def log(msg: str) -> None:
@@ -134,9 +174,10 @@ def oracle_time(sc: Scenario, rate: float, latency: float, log_latency: float) -
     return max([t_stream] + finish)
 
 
-async def run_turn(sc: Scenario, mode: str, rate: float, latency: float, log_latency: float):
-    rt = spectool.Runtime(make_tools(latency, log_latency), mode=mode,
-                          namespace=dict(sc.namespace))
+async def run_turn(sc: Scenario, mode: str, rate: float, latency: float, log_latency: float,
+                   admission: bool = True):
+    rt = spectool.Runtime(make_tools(latency, log_latency, sc.server_alpha), mode=mode,
+                          namespace=dict(sc.namespace), admission=admission)
     t0 = time.perf_counter()
     res = await rt.run(token_stream(sc.message, rate))
     wall = time.perf_counter() - t0
@@ -145,14 +186,16 @@ async def run_turn(sc: Scenario, mode: str, rate: float, latency: float, log_lat
     return wall, res
 
 
-async def bench(rate: float, latency: float, log_latency: float, repeat: int) -> list[dict]:
+async def bench(rate: float, latency: float, log_latency: float, repeat: int,
+                admission: bool = True, scenarios: list[Scenario] | None = None) -> list[dict]:
     rows = []
-    for sc in SCENARIOS:
-        walls: dict[str, list[float]] = {m: [] for m in ("baseline", "lazy", "spec")}
+    modes = ("baseline", "lazy", "spec")
+    for sc in SCENARIOS if scenarios is None else scenarios:
+        walls: dict[str, list[float]] = {m: [] for m in modes}
         outputs, stats = {}, {}
-        for _ in range(repeat):
-            for mode in walls:
-                wall, res = await run_turn(sc, mode, rate, latency, log_latency)
+        for r in range(repeat):
+            for mode in modes[r % 3:] + modes[:r % 3]:   # rotate the order per repeat
+                wall, res = await run_turn(sc, mode, rate, latency, log_latency, admission)
                 walls[mode].append(wall)
                 outputs[mode] = (res.stdout, {k: v for k, v in res.namespace.items()
                                               if not callable(v)})
@@ -171,13 +214,18 @@ async def bench(rate: float, latency: float, log_latency: float, repeat: int) ->
             "spec/lazy": med["spec"] / med["lazy"],
             "oracle/baseline": oracle / med["baseline"],
             "hits": stats["spec"].hits, "dispatched": stats["spec"].dispatched,
+            "exec base": stats["baseline"].executions, "exec lazy": stats["lazy"].executions,
+            "exec spec": stats["spec"].executions,
+            "lazy speed": med["baseline"] / med["lazy"],
+            "spec speed": med["baseline"] / med["spec"],
         })
     return rows
 
 
 def format_table(rows: list[dict]) -> str:
     cols = ["scenario", "calls", "t_stream", "baseline", "lazy", "spec", "oracle",
-            "spec/baseline", "spec/lazy", "oracle/baseline", "hits", "dispatched"]
+            "spec/baseline", "spec/lazy", "oracle/baseline", "hits", "dispatched",
+            "exec base", "exec lazy", "exec spec", "lazy speed", "spec speed"]
     cells = [[c for c in cols]]
     for r in rows:
         cells.append([f"{r[c]:.2f}" if isinstance(r[c], float) else str(r[c]) for c in cols])
@@ -196,14 +244,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs per mode (median)")
     ap.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
     ap.add_argument("--quick", action="store_true", help="4x faster rate, 4x shorter latencies")
+    ap.add_argument("--no-admission", action="store_true",
+                    help="launch every bet (no cost-aware admission), for comparison")
     args = ap.parse_args(argv)
     rate, lat, log_lat = args.rate, args.latency, args.log_latency
     if args.quick:
         rate, lat, log_lat = rate * 4, lat / 4, log_lat / 4
-    rows = anyio.run(bench, rate, lat, log_lat, args.repeat, backend=args.backend)
+    rows = anyio.run(bench, rate, lat, log_lat, args.repeat, not args.no_admission,
+                     backend=args.backend)
     print(f"spectool turn micro-benchmark (simulated model at {rate:g} tok/s, "
           f"{CHARS_PER_TOKEN} chars/token; llm_query {lat:g} s, log {log_lat:g} s; "
-          f"backend {args.backend}; wall seconds, median of {args.repeat})")
+          f"'loaded': a simulated server, latency x (1 + 0.5 (n - 1)) with n calls in flight; "
+          f"backend {args.backend}; wall seconds, median of {args.repeat}; admission "
+          f"{'off' if args.no_admission else 'on'}; speed = baseline / mode)")
     print(format_table(rows))
 
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from spectool_bench.oolong import generate_window, score
-from spectool_bench.programs import LABEL_SHAPES, SHAPES, build_program
+from spectool_bench.programs import LABEL_SHAPES, MIXES, SHAPES, build_program
 from spectool_bench.simulated import SimulatedSubModel
 
 
@@ -77,4 +77,26 @@ def test_shapes_and_errors():
         build_program(w, free, "loop_blocking")
     with pytest.raises(ValueError):
         build_program(w, free, "nope")
-    assert SHAPES[-1] == "pure_python"
+    assert "pure_python" in SHAPES and "pure_python" not in LABEL_SHAPES
+
+
+def test_mixes_partition_the_shapes():
+    """The loop-heavy and batched mixes the table reports side by side cover every
+    shape exactly once."""
+    members = [s for shapes in MIXES.values() for s in shapes]
+    assert sorted(members) == sorted(SHAPES)
+
+
+def test_new_shapes_have_the_structure_they_model():
+    w = generate_window("trec_coarse", 4096, 0)
+    q = next(q for q in w.questions if q.needs_labels)
+    p = build_program(w, q, "reassigned_loop")
+    # the argument is re-assigned after the call, at the end of the loop body
+    assert p.turns[1].index("out = llm_query(prompt)") < p.turns[1].index("    prompt = PROMPT")
+    assert p.calls[1][0].offset < p.calls[1][1].offset
+    p = build_program(w, q, "batched_end")
+    cell = p.turns[1].split("```repl\n")[1].split("```")[0]
+    assert cell.rstrip().splitlines()[-1] == "outs = llm_query_batched(prompts)"
+    p = build_program(w, q, "helper_across_cells")
+    assert "def classify" in p.turns[0] and "def classify" not in p.turns[1]
+    assert "classify(" in p.turns[1] and p.calls[0] == []
