@@ -26,7 +26,7 @@ execution: later cells do not run. ``TurnResult.error`` is that error.
 
 from __future__ import annotations
 
-import itertools
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterable, Iterable, Literal
 
@@ -37,14 +37,13 @@ from .errors import RuntimeClosedError, StreamError
 from .executor import InProcessExecutor
 from .segmenter import CellClosed, Segmenter, StatementClosed, TailChanged
 from .store import Budget, Store
-from .tools import Tool, as_tool
+from .tools import Tool, as_tool, check_tool_set
 from .trace import Trace, TurnStats
 
 __all__ = ["Runtime", "TurnResult", "CellResult"]
 
 Mode = Literal["baseline", "lazy", "spec"]
 _MODES = ("baseline", "lazy", "spec")
-_runtime_ids = itertools.count(1)
 
 
 @dataclass
@@ -103,6 +102,7 @@ class Runtime:
             if t.name in self.tools:
                 raise ValueError(f"two tools named {t.name!r}")
             self.tools[t.name] = t
+        check_tool_set(self.tools)
         if executor == "inprocess":
             self.executor: Any = InProcessExecutor(namespace)
         elif executor == "subprocess":
@@ -122,7 +122,9 @@ class Runtime:
         self.shadow_limits = shadow_limits
         self.languages = tuple(languages)
         self.on_event = on_event
-        self._id = next(_runtime_ids)
+        # globally unique (a uuid4): idempotency keys never repeat across runtimes or
+        # processes
+        self.id = uuid.uuid4().hex
         self._turns = 0
         self._lock: anyio.Lock | None = None
         self._closed = False
@@ -150,7 +152,7 @@ class Runtime:
             self._lock = anyio.Lock()
         async with self._lock:  # turns of one runtime share a namespace: one at a time
             self._turns += 1
-            turn = _Turn(self, f"r{self._id}t{self._turns}", exact_source)
+            turn = _Turn(self, f"{self.id}:t{self._turns}", exact_source)
             return await turn.run(stream)
 
     async def aclose(self) -> None:
