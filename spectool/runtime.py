@@ -202,7 +202,7 @@ class _Turn:
             if rt.mode != "baseline":
                 from ._shadow_driver import ShadowDriver
                 self.shadow = ShadowDriver(rt.tools, store, self.trace, rt.shadow_limits,
-                                           _snapshot(rt.executor.variables()))
+                                           _snapshot(rt.executor.variables(), rt.shadow_limits))
                 if rt.mode == "spec":
                     tg.start_soon(self._run_shadow, shadow_scope)
             segmenter = Segmenter(rt.languages)
@@ -310,16 +310,21 @@ class _ExactCell:
     complete: bool = True
 
 
-def _snapshot(variables: dict[str, Any]) -> dict[str, Any]:
-    """The REPL variables handed to the shadow.
+def _snapshot(variables: dict[str, Any], limits: Any = None) -> dict[str, Any]:
+    """The REPL variables handed to the shadow: a private copy taken now, at turn start,
+    before the real run can change anything (a copy taken later, when the shadow first
+    reads a name, could see the real run's changes and bet on a stale view).
 
-    No copy is made here: ``copy.deepcopy`` would run user ``__deepcopy__`` /
-    ``__reduce_ex__`` code in the host, an effect the baseline never has. The shadow
-    copies plain data itself (exact-type checks, no user code) and turns everything
-    else into Unknown.
+    ``copy.deepcopy`` would run user ``__deepcopy__`` / ``__reduce_ex__`` code in the
+    host, an effect the baseline never has: the shadow's copier copies plain data only
+    (exact-type checks, no user code, aliasing kept) and turns everything else into
+    Unknown (``spectool.shadow.copying.snapshot``).
     """
+    from .shadow.copying import snapshot
+    from .shadow.limits import Limits
     from .subprocess_executor import Opaque
-    return {name: value for name, value in variables.items() if not isinstance(value, Opaque)}
+    plain = {name: value for name, value in variables.items() if not isinstance(value, Opaque)}
+    return snapshot(plain, (limits or Limits()).max_namespace_items)
 
 
 def _longest_backtick_run(text: str) -> int:
