@@ -379,3 +379,135 @@ async def test_lone_surrogate_arguments_match_baseline(anyio_backend):
         res = await spectool.Runtime([q], mode=mode).run_cell(cell)
         out[mode] = (repr(res.error), res.namespace)
     assert out["spec"] == out["baseline"] and out["baseline"][0] == "None"
+
+
+# ------------------------------------------- stale views that reached the real run
+
+def test_namespace_snapshot_is_private_and_taken_at_turn_start():
+    from spectool.runtime import _snapshot
+    shared = [1]
+    variables = {"a": shared, "b": shared, "t": (shared, "x")}
+    snap = _snapshot(variables)
+    shared.append(2)                                   # the real run changes it later
+    assert snap["a"] == [1] and snap["a"] is snap["b"] and snap["t"][0] is snap["a"]
+
+
+def test_negative_control_a_shallow_snapshot_shows_later_changes():
+    shared = [1]
+    shallow = dict({"a": shared})                      # the old _snapshot
+    shared.append(2)
+    assert shallow["a"] != [1]
+
+
+class StatementGate:
+    """Trace listener: ``seen`` is set once the shadow finished ``count`` statements."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.statements = 0
+        self.seen = anyio.Event()
+
+    def __call__(self, event) -> None:
+        if event.kind == "shadow_statement":
+            self.statements += 1
+            if self.statements >= self.count:
+                self.seen.set()
+
+
+STALE_CELL = ("k = sync()\n"
+              "if k == 1:\n"
+              "    raise ValueError('peeking ahead stops here')\n"
+              "xs.append(2)\n"
+              "hold()\n"
+              "r = post(str(xs))\n")
+
+
+async def run_real_ahead(mode: str, ledger: Ledger) -> spectool.TurnResult:
+    post = ledger.tool()
+    gate = StatementGate(5)
+
+    @spectool.tool
+    def sync() -> int:                                 # a never tool the shadow observes
+        return 0
+
+    @spectool.tool(speculate="pure")
+    async def hold() -> int:                           # the real run waits for the shadow
+        with anyio.move_on_after(10):
+            await gate.seen.wait()
+        return 0
+
+    rt = spectool.Runtime([post, sync, hold], mode=mode, namespace={"xs": [1]},
+                          on_event=gate)
+    return await rt.run(chunks(fenced(STALE_CELL)))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["lazy", "spec"])
+async def test_real_run_ahead_of_the_shadow_never_leaves_a_stale_bet(anyio_backend, mode):
+    """The real run mutates ``xs`` before the shadow first reads it (the shadow waits
+    on ``sync()`` and cannot peek past the ``if``); the shadow must still see the
+    turn-start value and launch only the call the real run makes."""
+    ledger = Ledger()
+    res = await run_real_ahead(mode, ledger)
+    assert res.error is None and res.namespace["xs"] == [1, 2]
+    assert ledger.compensated == []                    # no bet on [1, 2, 2]
+    ledger.check(claimed_keys(res.namespace))
+
+
+@pytest.mark.anyio
+async def test_negative_control_a_late_lazy_copy_bets_on_a_stale_view(anyio_backend,
+                                                                      monkeypatch):
+    import spectool.runtime
+    monkeypatch.setattr(spectool.runtime, "_snapshot", lambda variables, limits=None:
+                        dict(variables))           # the old one: copied on first read
+    ledger = Ledger()
+    res = await run_real_ahead("lazy", ledger)
+    assert [args for _, args, _ in ledger.compensated] == [("[1, 2, 2]",)]
+
+
+def reordered_set() -> set:
+    """A set whose copy iterates in another order than itself (insertion history; a
+    set of str would differ across processes with another hash seed)."""
+    s = set(range(50))
+    for i in range(46):
+        s.discard(i)
+    assert list(set(list(s))) != list(s)
+    return s
+
+
+async def keys_of_dict_from_set(mode: str) -> list:
+    @spectool.tool(speculate="pure")
+    async def keys_of(d: dict) -> list:
+        return list(d)
+
+    gate = StatementGate(2)
+    rt = spectool.Runtime([keys_of], mode=mode, namespace={"s": reordered_set()},
+                          on_event=gate)
+    head = "```repl\nd = {str(k): k for k in s}\nr = keys_of(d)\n"
+    stream = stream_then(head, gate, "```\n") if mode == "spec" else chunks(head + "```\n")
+    return (await rt.run(stream)).namespace["r"]
+
+
+@pytest.mark.anyio
+async def test_dict_built_from_a_set_never_reuses_a_differently_ordered_result(anyio_backend):
+    """spec equals baseline when a dict is built from a set whose shadow copy iterates
+    in another order."""
+    assert await keys_of_dict_from_set("spec") == await keys_of_dict_from_set("baseline")
+
+
+@pytest.mark.anyio
+async def test_negative_control_sorted_dict_keys_and_free_set_order(anyio_backend,
+                                                                   monkeypatch):
+    import spectool.keys as keys
+    import spectool.shadow.calls as calls
+    import spectool.shadow.expressions as expressions
+    monkeypatch.setattr(expressions, "is_unordered", lambda v: False)
+    monkeypatch.setattr(calls, "_guard_raw", lambda *a, **k: None)
+    tree = keys._tree
+
+    def sorted_tree(value, depth):
+        out = tree(value, depth)
+        return ["d", *sorted(out[1:], key=lambda kv: kv[0])] if type(value) is dict else out
+
+    monkeypatch.setattr(keys, "_tree", sorted_tree)
+    assert await keys_of_dict_from_set("spec") != await keys_of_dict_from_set("baseline")
