@@ -26,13 +26,14 @@ def tools_from_table(
     table: Mapping[str, Callable[..., Any]],
     *,
     pure: Collection[str] = (),
-    idempotent: Collection[str] = (),
+    idempotent: Mapping[str, Callable[..., Any]] | Collection[str] = (),
     deterministic: Collection[str] = (),
 ) -> list[Tool]:
     """Wrap a name -> function table as tools; unnamed ones are never speculated.
 
     ``pure`` tools may start as soon as their arguments are known; ``idempotent``
-    ones must accept ``idempotency_key``; ``deterministic`` lets identical calls
+    maps each name to its ``on_unclaimed(key, args, kwargs)`` compensation hook (the
+    function must accept ``idempotency_key``); ``deterministic`` lets identical calls
     share one result.
     """
     unknown = (set(pure) | set(idempotent) | set(deterministic)) - set(table)
@@ -44,8 +45,12 @@ def tools_from_table(
     for name, fn in table.items():
         speculate = "pure" if name in pure else "idempotent" if name in idempotent else "never"
         fn = fn.fn if isinstance(fn, Tool) else fn
+        hooks = {}
+        if speculate == "idempotent":
+            hooks["on_unclaimed"] = idempotent.get(name) if isinstance(idempotent, Mapping) \
+                else None   # a bare name: the Tool names the missing hook
         tools.append(spectool.tool(fn, speculate=speculate, name=name,
-                                   deterministic=name in deterministic))
+                                   deterministic=name in deterministic, **hooks))
     return tools
 
 

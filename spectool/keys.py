@@ -5,7 +5,12 @@ float, str, tuple, list and dict with str keys, checked by exact type (subclasse
 not plain). Nothing is ever hashed or compared through a user object: anything else
 gives ``None`` (the call is not speculatable). Lists and tuples, ints, floats and
 bools get distinct keys (``f([1])`` and ``f((1,))`` are different calls; so are ``f(1)``,
-``f(1.0)`` and ``f(True)``). Dict keys are sorted; keyword arguments are sorted by name.
+``f(1.0)`` and ``f(True)``). A dict's items keep their insertion order: a tool can
+observe it (``list(d)``, ``json.dumps(d)``), so ``f({"a": 1, "b": 2})`` and
+``f({"b": 2, "a": 1})`` are different calls, and a dict whose order the shadow got
+differently from the real run (one built from a set, say) is never reused. Keyword
+arguments, whose order a tool cannot observe through named parameters, are sorted by
+name.
 """
 
 from __future__ import annotations
@@ -37,13 +42,24 @@ def _tree(value: object, depth: int) -> object:
         return ["l" if t is list else "t", *[_tree(v, depth + 1) for v in value]]  # type: ignore[attr-defined]
     if t is dict:
         items = []
-        for k, v in value.items():  # type: ignore[attr-defined]
+        for k, v in value.items():  # type: ignore[attr-defined]  (insertion order)
             if type(k) is not str:
                 raise _NotPlain
             items.append([k, _tree(v, depth + 1)])
-        items.sort(key=lambda kv: kv[0])
         return ["d", *items]
     raise _NotPlain
+
+
+def _named(names: dict, depth: int) -> list:
+    """A mapping of argument names to values, sorted by name (call order is not
+    observable through named parameters)."""
+    items = []
+    for k, v in names.items():
+        if type(k) is not str:
+            raise _NotPlain
+        items.append([k, _tree(v, depth + 1)])
+    items.sort(key=lambda kv: kv[0])
+    return ["d", *items]
 
 
 # what json.dumps(..., ensure_ascii=False, separators=(",", ":"), allow_nan=False) uses,
@@ -81,7 +97,7 @@ def call_key(args: tuple, kwargs: dict, signature: inspect.Signature | None = No
                     named["**" + k] = v
             else:
                 named[name] = list(value) if kind is inspect.Parameter.VAR_POSITIONAL else value
-        return canonical({"kwargs": named})
+        return _keyed(lambda: ["d", ["kwargs", _named(named, 1)]])
     if any(type(k) is not str for k in kwargs):
         return None
     if not kwargs and all(type(v) in _SCALARS for v in args):
@@ -90,7 +106,14 @@ def call_key(args: tuple, kwargs: dict, signature: inspect.Signature | None = No
             return _encode(["d", ["args", ["l", *args]], ["kwargs", ["d"]]])
         except (RecursionError, ValueError):
             return None
-    return canonical({"args": list(args), "kwargs": kwargs})
+    return _keyed(lambda: ["d", ["args", _tree(list(args), 1)], ["kwargs", _named(kwargs, 1)]])
+
+
+def _keyed(build) -> str | None:
+    try:
+        return _encode(build())
+    except (_NotPlain, RecursionError, ValueError):
+        return None
 
 
 def plain_snapshot(value: object, depth: int = 0) -> object:

@@ -26,7 +26,7 @@ execution: later cells do not run. ``TurnResult.error`` is that error.
 
 from __future__ import annotations
 
-import itertools
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterable, Iterable, Literal
 
@@ -38,14 +38,13 @@ from .errors import RuntimeClosedError, StreamError
 from .executor import InProcessExecutor
 from .segmenter import CellClosed, Segmenter, StatementClosed, TailChanged
 from .store import Budget, Store
-from .tools import Tool, as_tool
+from .tools import Tool, as_tool, check_tool_set
 from .trace import Trace, TurnStats
 
 __all__ = ["Runtime", "TurnResult", "CellResult"]
 
 Mode = Literal["baseline", "lazy", "spec"]
 _MODES = ("baseline", "lazy", "spec")
-_runtime_ids = itertools.count(1)
 
 
 @dataclass
@@ -108,6 +107,7 @@ class Runtime:
             if t.name in self.tools:
                 raise ValueError(f"two tools named {t.name!r}")
             self.tools[t.name] = t
+        check_tool_set(self.tools)
         if executor == "inprocess":
             self.executor: Any = InProcessExecutor(namespace)
         elif executor == "subprocess":
@@ -133,7 +133,9 @@ class Runtime:
         self.shadow_limits = shadow_limits
         self.languages = tuple(languages)
         self.on_event = on_event
-        self._id = next(_runtime_ids)
+        # globally unique (a uuid4): idempotency keys never repeat across runtimes or
+        # processes
+        self.id = uuid.uuid4().hex
         self._turns = 0
         # functions earlier cells defined: name -> (def source, its tree, the function
         # object the real run made); replayed into the next turns' shadow while the
@@ -165,7 +167,7 @@ class Runtime:
             self._lock = anyio.Lock()
         async with self._lock:  # turns of one runtime share a namespace: one at a time
             self._turns += 1
-            turn = _Turn(self, f"r{self._id}t{self._turns}", exact_source)
+            turn = _Turn(self, f"{self.id}:t{self._turns}", exact_source)
             return await turn.run(stream)
 
     async def aclose(self) -> None:
@@ -217,7 +219,7 @@ class _Turn:
                 from ._shadow_driver import ShadowDriver
                 variables = rt.executor.variables()
                 self.shadow = ShadowDriver(rt.tools, store, self.trace, rt.shadow_limits,
-                                           _snapshot(variables))
+                                           _snapshot(variables, rt.shadow_limits))
                 for name, (source, tree, obj) in list(rt._defs.items()):
                     if variables.get(name) is obj:
                         self.shadow.feed_statement(source, tree)
@@ -351,16 +353,21 @@ class _ExactCell:
     complete: bool = True
 
 
-def _snapshot(variables: dict[str, Any]) -> dict[str, Any]:
-    """The REPL variables handed to the shadow.
+def _snapshot(variables: dict[str, Any], limits: Any = None) -> dict[str, Any]:
+    """The REPL variables handed to the shadow: a private copy taken now, at turn start,
+    before the real run can change anything (a copy taken later, when the shadow first
+    reads a name, could see the real run's changes and bet on a stale view).
 
-    No copy is made here: ``copy.deepcopy`` would run user ``__deepcopy__`` /
-    ``__reduce_ex__`` code in the host, an effect the baseline never has. The shadow
-    copies plain data itself (exact-type checks, no user code) and turns everything
-    else into Unknown.
+    ``copy.deepcopy`` would run user ``__deepcopy__`` / ``__reduce_ex__`` code in the
+    host, an effect the baseline never has: the shadow's copier copies plain data only
+    (exact-type checks, no user code, aliasing kept) and turns everything else into
+    Unknown (``spectool.shadow.copying.snapshot``).
     """
+    from .shadow.copying import snapshot
+    from .shadow.limits import Limits
     from .subprocess_executor import Opaque
-    return {name: value for name, value in variables.items() if not isinstance(value, Opaque)}
+    plain = {name: value for name, value in variables.items() if not isinstance(value, Opaque)}
+    return snapshot(plain, (limits or Limits()).max_namespace_items)
 
 
 def _longest_backtick_run(text: str) -> int:

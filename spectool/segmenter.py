@@ -74,6 +74,10 @@ SegmentEvent = CellOpened | StatementClosed | TailChanged | CellClosed
 
 _new_object = object.__new__
 
+# an open tail up to this many characters is reported on every change; a longer one
+# only after it has grown by half (see ``Segmenter._report_tail``)
+TAIL_EAGER_CHARS = 4096
+
 
 def _statement_closed(cell: int, index: int, source: str, lineno: int, tree: ast.Module) -> StatementClosed:
     """``StatementClosed(cell, index, source, lineno, tree)``, built without the frozen
@@ -122,9 +126,10 @@ class LineLexer:
     backslash continuation).
     """
 
-    __slots__ = ("depth", "quote", "continued")
+    __slots__ = ("depth", "quote", "continued", "scanned")
 
     def __init__(self) -> None:
+        self.scanned = 0  # characters searched inside string literals (work counter)
         self.depth = 0  # bracket depth
         self.quote: str | None = None  # open string delimiter: ' " ''' or \"\"\"
         self.continued = False  # backslash line continuation
@@ -173,12 +178,19 @@ class LineLexer:
         return self.at_logical_start
 
     def _skip_string(self, line: str, pos: int) -> int:
+        # Each search starts where the last one stopped or later, and a found closing
+        # quote is remembered until ``pos`` passes it: a line full of escapes is
+        # scanned once (linear), not once per backslash.
         quote = self.quote
         n = len(line)
+        i = -2  # -2: not searched yet; -1: no closing quote on this line
         while pos < n:
-            i = line.find(quote, pos)
-            b = line.find("\\", pos)
-            if b != -1 and (i == -1 or b < i):
+            if i != -1 and i < pos:
+                i = line.find(quote, pos)
+                self.scanned += (n if i == -1 else i) - pos
+            b = line.find("\\", pos, n if i == -1 else i)
+            if b != -1:
+                self.scanned += b - pos
                 if b + 1 >= n:  # backslash-newline inside a string
                     self.continued = True
                     return n
@@ -195,7 +207,7 @@ class _Cell:
     __slots__ = (
         "number", "language", "indent", "lines", "lexer", "stmt_lines", "stmt_lineno",
         "stmt_kind", "broken", "tail_sent", "tail_dirty", "trivia",
-        "statements",
+        "statements", "stmt_chars",
     )
 
     def __init__(self, number: int, language: str, indent: str) -> None:
@@ -205,6 +217,7 @@ class _Cell:
         self.lines: list[str] = []  # dedented complete lines of the cell
         self.lexer = LineLexer()
         self.stmt_lines: list[str] = []
+        self.stmt_chars = 0  # len("".join(stmt_lines))
         self.stmt_lineno = 0
         self.stmt_kind: str | None = None  # None | "simple" | "compound" | "decorated"
         self.trivia = 0  # trailing blank/comment lines of the open statement
@@ -231,6 +244,9 @@ class Segmenter:
         self._cells = 0
         self._closed = False
         self._head_done = False  # the current line's first word was already judged
+        self._partial_chars = 0  # len("".join(self._partial))
+        self.work = 0  # characters copied or parsed (see ``scanned``)
+        self._lexed = 0  # string-literal search work of finished cells
 
     # -- public API -----------------------------------------------------------
 
@@ -247,9 +263,11 @@ class Segmenter:
             return []
         if "\r" in text:
             text = text.replace("\r", "")
+        self.work += len(text)
         events: list[SegmentEvent] = []
         if "\n" not in text:  # fast path: the current line grows
             self._partial.append(text)
+            self._partial_chars += len(text)
             cell = self._cell
             if cell is not None and not cell.broken:
                 if ")" in text:
@@ -267,12 +285,15 @@ class Segmenter:
             self._partial.append(text[start:nl])
             line = "".join(self._partial)
             self._partial.clear()
+            self._partial_chars = 0
+            self.work += len(line)
             self._head_done = False
             self._line(line, events)
             start = nl + 1
         rest = text[start:]
         if rest:
             self._partial.append(rest)
+            self._partial_chars += len(rest)
             cell = self._cell
             if cell is not None and not cell.broken:
                 if ")" in rest:
@@ -293,6 +314,7 @@ class Segmenter:
         if self._partial:
             line = "".join(self._partial)
             self._partial.clear()
+            self._partial_chars = 0
             self._line(line, events, final=True)
         if self._cell is not None:
             self._finish_cell(events, complete=False)
@@ -347,6 +369,7 @@ class Segmenter:
             if not stripped or stripped.startswith("#"):
                 if cell.stmt_lines:  # blank line or comment inside a compound statement
                     cell.stmt_lines.append(text)
+                    cell.stmt_chars += len(text)
                     cell.trivia += 1
                 return
             top = not line[0].isspace()
@@ -368,6 +391,7 @@ class Segmenter:
                     return
                 self._begin_statement(cell, word, lineno)
         cell.stmt_lines.append(text)
+        cell.stmt_chars += len(text)
         cell.trivia = 0
         ended = lexer.feed_line(line)
         if ended and cell.stmt_kind == "maybe_match":
@@ -432,7 +456,9 @@ class Segmenter:
         source = "".join(lines)
         lineno = cell.stmt_lineno
         cell.stmt_lines = []
+        cell.stmt_chars = 0
         cell.trivia = 0
+        self.work += len(source)
         cell.stmt_kind = None
         try:
             tree = compile(source, "<cell>", "exec", ast.PyCF_ONLY_AST)
@@ -448,14 +474,34 @@ class Segmenter:
         if cell.stmt_lines and not cell.broken:
             self._close_statement(cell, events)  # an unfinished statement does not parse
         self._cell = None
+        self._lexed += cell.lexer.scanned
         events.append(CellClosed(cell.number, "".join(cell.lines), complete))
 
     def _report_tail(self, events: list[SegmentEvent]) -> None:
         cell = self._cell
         if cell is None or cell.broken or not cell.tail_dirty:
             return
+        size = cell.stmt_chars + self._partial_chars
+        sent = len(cell.tail_sent)
+        if size > TAIL_EAGER_CHARS and sent and size - sent < sent // 2:
+            # A long open tail is reported again only once it has grown by half since
+            # the last report: the reports of one statement then copy at most
+            # ``3 * final length`` characters (a geometric series), so a very long line
+            # costs linear work instead of one full copy per delta. A shorter tail is
+            # reported on every change (at most TAIL_EAGER_CHARS per delta).
+            return
         cell.tail_dirty = False
         tail = "".join(cell.stmt_lines) + "".join(self._partial)
+        self.work += len(tail)
         if tail != cell.tail_sent:
             cell.tail_sent = tail
             events.append(_tail_changed(cell.number, tail))
+
+    @property
+    def scanned(self) -> int:
+        """Characters this segmenter has processed so far, counting every copy and
+        search (the work counter the linearity tests read): each delta, each line
+        lexed, each statement joined and parsed, each tail reported, and each search
+        inside string literals."""
+        lexed = self._lexed + (self._cell.lexer.scanned if self._cell is not None else 0)
+        return self.work + lexed

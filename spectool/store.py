@@ -56,6 +56,7 @@ from anyio.abc import TaskGroup
 
 from .admission import Admission
 from .budget import Budget, Ticket
+from .effects import decide, settle
 from .errors import ToolArgumentError, ToolError
 from .keys import call_key
 from .observations import Observation, Observations
@@ -92,7 +93,7 @@ class Entry:
     __slots__ = ("tool", "args", "kwargs", "key", "occurrence", "origin", "state",
                  "value", "error", "done", "scope", "claimed", "promoted", "t_launch",
                  "t_start", "t_done", "arg_bytes", "idempotency_key", "withdrawn", "ticket",
-                 "klass")
+                 "klass", "decided", "compensated", "ran_to_end")
 
     def __init__(self, tool: Any, args: tuple, kwargs: dict, key: str, origin: str,
                  t_launch: float) -> None:
@@ -117,6 +118,10 @@ class Entry:
         self.idempotency_key: str | None = None
         self.ticket: Ticket | None = None
         self.klass: str | None = None   # admission class, for learning claim rates
+        # idempotent / two_phase: set once claimed or the turn closed (effects.settle)
+        self.decided = anyio.Event() if tool.settled else None
+        self.compensated = False
+        self.ran_to_end = False  # the tool call returned or raised (not cancelled)
 
     @property
     def finished(self) -> bool:
@@ -305,6 +310,8 @@ class Store:
         self.stats.withdrawn += 1
         self.trace.add("withdraw", tool=entry.tool.name)
         self._retire(entry)
+        if not entry.claimed:
+            decide(entry)
 
     async def outcome(self, entry: Entry | Observation) -> Outcome:
         """Wait for an entry (the shadow's ``WaitFor``) and report what it produced."""
@@ -333,9 +340,9 @@ class Store:
             self._nokey_calls += 1
             self.trace.add("claim_miss", tool=tool.name, reason="baseline", count=count)
             self.stats.executions += count
-            return await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes,
-                                  idempotency_key=f"{self.turn_id}:{tool.name}:"
-                                                  f"call{self._nokey_calls}")
+            key = f"{self.turn_id}:{tool.name}:call{self._nokey_calls}"
+            return await _committed(tool, key, await tool.run(
+                args, kwargs, max_output_bytes=self.max_output_bytes, idempotency_key=key))
         if tool.batched_of is not None and tool.batched_of in self.tools and args \
                 and isinstance(args[0], (list, tuple)):
             return await self._call_batched(tool, args, kwargs)
@@ -344,16 +351,21 @@ class Store:
             self._nokey_calls += 1
             self.stats.misses += 1
             self.trace.add("claim_miss", tool=tool.name, reason="no key")
+            key = f"{self.turn_id}:{tool.name}:nokey{self._nokey_calls}"
             with self._executing(tool.name):
-                return await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes,
-                                      idempotency_key=f"{self.turn_id}:{tool.name}:"
-                                                      f"nokey{self._nokey_calls}")
+                value = await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes,
+                                       idempotency_key=key)
+            return await _committed(tool, key, value)
         entry, fresh = self._entry_for_real_call(tool, args, kwargs, key)
         if fresh:
-            return await self._run_inline(entry, "miss")
-        if self._promote(entry):
-            return await self._run_inline(entry, "promoted")
-        return await self._claim(entry)
+            value = await self._run_inline(entry, "miss")
+        elif self._promote(entry):
+            value = await self._run_inline(entry, "promoted")
+        else:
+            value = await self._claim(entry)
+        # two_phase: the real run made the call, so its prepare (speculative or not)
+        # is committed now, in program order
+        return await _committed(tool, entry.idempotency_key, value)
 
     def _entry_for_real_call(self, tool: Any, args: tuple, kwargs: dict,
                              key: str) -> tuple[Entry, bool]:
@@ -383,6 +395,7 @@ class Store:
         if entry.state is not EntryState.PENDING or entry.claimed:
             return False
         entry.claimed = entry.promoted = True
+        decide(entry)
         entry.scope.cancel()
         if entry.ticket is not None:
             self.budget.release(entry.ticket)
@@ -462,6 +475,7 @@ class Store:
 
     async def _claim(self, entry: Entry) -> Any:
         entry.claimed = True
+        decide(entry)
         t_claim = self.trace.now()
         await entry.done.wait()
         if entry.state is EntryState.EVICTED:  # cannot happen before close(); be safe
@@ -510,6 +524,7 @@ class Store:
             for entry in fifo:
                 if not entry.claimed:
                     self._retire(entry)
+                    decide(entry)   # unclaimed for good: effects.settle compensates
         self._learn()
 
     # ------------------------------------------------------------------ internals
@@ -598,7 +613,9 @@ class Store:
 
     def _place(self, entry: Entry, k: tuple[str, str], occ: int) -> None:
         entry.occurrence = occ
-        digest = hashlib.sha256(k[1].encode()).hexdigest()[:16]
+        # surrogatepass: a key may hold a lone surrogate (chr(0xd800)), as baseline's
+        # arguments may
+        digest = hashlib.sha256(k[1].encode("utf-8", "surrogatepass")).hexdigest()[:16]
         entry.idempotency_key = f"{self.turn_id}:{k[0]}:{occ}:{digest}"
         self._fifo[k].append(entry)
 
@@ -664,6 +681,7 @@ class Store:
                                 max_output_bytes=self.max_output_bytes)
                     except Exception as exc:
                         entry.error = exc
+                    entry.ran_to_end = True
                     entry.t_done = self.trace.now()
                     if entry.state is EntryState.RUNNING:
                         entry.state = EntryState.DONE
@@ -685,6 +703,17 @@ class Store:
                             await tool.call_cancel_hook(entry.args, entry.kwargs)
                         except Exception as exc:  # a failing hook must not fail the turn
                             self.trace.add("cancel_hook_error", tool=tool.name, error=repr(exc))
+            if started and entry.decided is not None:
+                # an idempotent / two_phase run happened: compensate it if unclaimed
+                await settle(entry, self.trace)
+
+
+async def _committed(tool: Any, key: str | None, value: Any) -> Any:
+    """What a real call returns: a two_phase tool's prepared value is committed
+    (``commit(key, prepared)`` gives the cell's value); other tools' values as is."""
+    if tool.speculate != "two_phase":
+        return value
+    return await tool.commit_prepared(key, value)
 
 
 def _handed_out(entry: Entry) -> Any:

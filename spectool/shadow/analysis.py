@@ -131,6 +131,14 @@ def _facts(nodes: list[ast.AST]) -> tuple[frozenset[str], frozenset[str]]:
             bound.add(node.target.id)  # type: ignore[attr-defined]
         elif t is ast.Global or t is ast.Nonlocal:
             bound.update(node.names)  # type: ignore[attr-defined]
+        elif t is ast.MatchAs or t is ast.MatchStar:
+            # ``case [x, *rest]`` / ``case {"k": v}`` / ``case P() as y``: pattern
+            # captures bind plain-string names, not ast.Name nodes
+            if node.name:  # type: ignore[attr-defined]
+                bound.add(node.name)  # type: ignore[attr-defined]
+        elif t is ast.MatchMapping:
+            if node.rest:  # type: ignore[attr-defined]
+                bound.add(node.rest)  # type: ignore[attr-defined]
     result = (frozenset(written | bound), frozenset(bound))
     if key_node is not None:
         _remember(_facts_cache, key_node, result)
@@ -194,7 +202,8 @@ _yield_cache: dict[int, tuple[ast.AST, bool]] = {}
 _YIELDS = frozenset({ast.Yield, ast.YieldFrom, ast.Await})
 # node types (besides Name) that bind a name in a function's own scope
 _BINDING = frozenset({ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom, ast.ExceptHandler,
-                      ast.NamedExpr, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef})
+                      ast.NamedExpr, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                      ast.MatchAs, ast.MatchStar, ast.MatchMapping})
 _locals_cache: dict[int, tuple[ast.AST, tuple]] = {}
 
 
@@ -261,6 +270,12 @@ def _local_names(fn: ast.FunctionDef | ast.Lambda) -> tuple[frozenset[str], froz
                 bound.add(node.name)  # type: ignore[attr-defined]
         elif t is ast.NamedExpr:
             bound.add(node.target.id)  # type: ignore[attr-defined]
+        elif t is ast.MatchAs or t is ast.MatchStar:
+            if node.name:  # type: ignore[attr-defined]
+                bound.add(node.name)  # type: ignore[attr-defined]
+        elif t is ast.MatchMapping:
+            if node.rest:  # type: ignore[attr-defined]
+                bound.add(node.rest)  # type: ignore[attr-defined]
         elif t is not ast.Lambda:  # def / async def / class
             bound.add(node.name)  # type: ignore[attr-defined]
     bound -= declared_global | declared_nonlocal

@@ -14,6 +14,7 @@ as modules (so ``json.decoder.re.sys`` leads nowhere).
 from __future__ import annotations
 
 import builtins as _builtins
+import codecs
 import collections
 import datetime
 import functools
@@ -28,7 +29,7 @@ import textwrap
 import unicodedata
 from typing import Callable
 
-from .limits import LimitExceeded, Limits
+from .limits import LimitExceeded, Limits, ShadowDeclined
 from .regex_guard import check_regex
 
 __all__ = [
@@ -135,9 +136,43 @@ def _width(obj, args: tuple, kwargs: dict, limits: Limits) -> None:
     check_width(args, kwargs, limits)
 
 
+# The import fence. Codecs are looked up by name and imported on first use
+# (``"x".encode("idna")`` imports ``encodings.idna``): only these encodings, imported
+# below with the shadow, are offered; any other name is declined. Modules that
+# allow-listed functions import on first use are imported here too (``_strptime`` for
+# ``datetime.strptime``, ``heapq`` for ``Counter.most_common``), so evaluating shadow
+# code never imports a module (tests/spectool/test_shadow_exploits.py checks it).
+SAFE_CODECS = frozenset({
+    "utf_8", "utf8", "u8", "utf", "cp65001", "ascii", "us_ascii", "646", "latin_1",
+    "latin1", "iso_8859_1", "iso8859_1", "8859", "cp819", "l1", "utf_16", "utf16",
+    "utf_16_le", "utf_16le", "utf_16_be", "utf_16be", "utf_32", "utf32", "utf_32_le",
+    "utf_32le", "utf_32_be", "utf_32be",
+})
+for _codec in ("utf_8", "ascii", "latin_1", "utf_16", "utf_16_le", "utf_16_be", "utf_32",
+               "utf_32_le", "utf_32_be"):
+    codecs.lookup(_codec)
+import _strptime  # noqa: E402,F401  (see the import fence above)
+import heapq  # noqa: E402,F401
+
+
+def check_codec(encoding: object) -> None:
+    """Decline an encoding outside ``SAFE_CODECS`` (its lookup would import a module)."""
+    if encoding is None:
+        return
+    if type(encoding) is not str:
+        return  # the call raises TypeError itself, before any lookup
+    if encoding.lower().replace("-", "_").replace(" ", "_") not in SAFE_CODECS:
+        raise ShadowDeclined(f"codec {encoding[:40]!r} is outside the shadow's allow-list")
+
+
+def _codec_arg(obj, args: tuple, kwargs: dict, limits: Limits) -> None:
+    check_codec(args[0] if args else kwargs.get("encoding"))
+
+
 _TEXT_METHOD_CHECKS = {
     "ljust": _width, "rjust": _width, "center": _width, "zfill": _width,
     "expandtabs": _expandtabs, "replace": _replace, "join": _join, "translate": _translate,
+    "encode": _codec_arg, "decode": _codec_arg,
 }
 
 

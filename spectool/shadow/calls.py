@@ -14,10 +14,12 @@ import operator
 
 from .. import keys
 from . import analysis
-from .builtins import LAZY_RAW, MUTATING_METHODS, ModuleProxy, SafeFunc, is_consuming
+from .builtins import LAZY_RAW, MUTATING_METHODS, ModuleProxy, SafeFunc, check_codec, is_consuming
 from .copying import MUTABLE_TYPES
+from .determinism import TEXT_RAWS, consumes, hash_safe, order_free, text_safe
 from .limits import LimitExceeded, ShadowDeclined
 from .scope import Scope, ShadowFunction, ToolRef
+from .staleness import poison, reachable
 from .values import Pending, TailBet, ToolInfo, Unknown
 from .internals import (
     _FAILED,
@@ -44,6 +46,33 @@ _FRESH_ITERATORS = frozenset({
 })
 
 _parameters_cache: dict[int, tuple[ast.arguments, tuple[str, ...], bool]] = {}
+
+
+def _guard_raw(raw: object, args: tuple, kwargs: dict | None = None) -> None:
+    """Refuse (as unknown) a raw call whose result the real run would not share: text
+    of a value with no content-only text, a hash that depends on the hash seed, or a
+    result that depends on a set's iteration order (``shadow.determinism``)."""
+    if raw in TEXT_RAWS:
+        if args and not text_safe(args[0]):
+            raise _UnknownValue
+        if raw is str and (len(args) > 1 or kwargs):
+            # str(b, encoding): the import fence
+            check_codec(args[1] if len(args) > 1 else kwargs.get("encoding"))  # type: ignore[union-attr]
+    elif raw is bytes or raw is bytearray:
+        if len(args) > 1 or kwargs:
+            check_codec(args[1] if len(args) > 1 else kwargs.get("encoding"))  # type: ignore[union-attr]
+    elif raw is hash:
+        if args and not hash_safe(args[0]):
+            raise _UnknownValue
+    for a in args:
+        if (type(a) is set or type(a) is frozenset) and len(a) > 1:
+            if not order_free(raw, args):
+                raise _UnknownValue
+            break
+    owner = getattr(raw, "__self__", None)
+    if (type(owner) is set or type(owner) is frozenset) and len(owner) > 1 \
+            and not order_free(raw, (owner,)):
+        raise _UnknownValue  # s.pop(): which element depends on the order
 
 
 def _parameters(a: ast.arguments) -> tuple[tuple[str, ...], bool]:
@@ -108,6 +137,10 @@ class CallsMixin:
                 raise
             yield from self._eval_args(node, scope)  # calls inside the arguments still happen
             self._taint(_call_written(node), scope, frozenset())
+            if isinstance(exc, _UnknownValue):
+                # an unknown callable or a method of an unknown object: it may run
+                # code that mutates anything reachable from the REPL's globals
+                self._poison_all(scope)
             raise _UnknownValue from None
         if type(fn) is SafeFunc and fn.special == "print":
             self._nowait += 1
@@ -154,6 +187,7 @@ class CallsMixin:
                     if type(v) is Unknown:
                         raise _UnknownValue
                 raw = fn.raw  # type: ignore[union-attr]
+                _guard_raw(raw, args)
                 for v in args:
                     if type(v) not in _PLAIN_ARG:
                         break
@@ -173,6 +207,8 @@ class CallsMixin:
         except (_UnknownValue, _Uncertain):
             if mutating or isinstance(fn, ShadowFunction) or type(fn) is Unknown:
                 self._taint(_call_written(node), scope, frozenset())
+            if type(fn) is Unknown:
+                self._poison_all(scope)   # code the shadow cannot see (see above)
             raise _UnknownValue from None
 
     def _eval_args(self, node: ast.Call, scope: Scope):
@@ -224,6 +260,7 @@ class CallsMixin:
                     raise _UnknownValue
             if fn.check is not None:
                 fn.check(args, kwargs, self._limits)
+            _guard_raw(fn.raw, args, kwargs)
             for v in (*args, *kwargs.values()):
                 if type(v) not in _PLAIN_ARG:
                     args, kwargs = yield from self._prepare_raw_args(fn.raw, args, kwargs)
@@ -256,7 +293,7 @@ class CallsMixin:
             if isinstance(v, SafeFunc):
                 if not v.passable:
                     raise ShadowDeclined(f"{v.name} cannot be passed to a builtin")
-                return v.raw
+                return self._passable_raw(v)
             if isinstance(v, (ShadowFunction, ToolRef, ModuleProxy)):
                 raise ShadowDeclined("a shadow callable passed to a builtin")
             if type(v) is range and not lazy and len(v) > self._limits.max_range_consumed:
@@ -264,8 +301,12 @@ class CallsMixin:
             if _is_iterator(v):
                 if self._shared(v):  # peek: only iterators the peek itself made
                     raise _UnknownValue
-                if not lazy or is_consuming(raw):
+                if lazy and not is_consuming(raw):
+                    return v
+                if is_consuming(raw) or consumes(raw):
                     return (yield from self._materialize(v))
+                # not a consumer: len(it), str(it), bool(it) are not those of a list
+                raise _UnknownValue
             return v
             yield  # pragma: no cover
 
@@ -278,6 +319,32 @@ class CallsMixin:
         if raw in _MUTATES_ARG and self._peek:
             raise _UnknownValue
         return tuple(new_args), new_kwargs
+
+    def _passable_raw(self, func: SafeFunc) -> object:
+        """The raw callable of ``func``, to be called back from C (``map``, a sort
+        key, ...). In peek mode a mutating method must not reach C: called back it
+        would change shared state the peek may not touch, and the peek's view of that
+        object would be stale. A bound one of a container the peek made is fine; any
+        other makes its receiver (or, unbound, every object) unknown for the rest of
+        the peek and the value unknown."""
+        raw = func.raw
+        if self._peek and func.name in MUTATING_METHODS:
+            receiver = getattr(raw, "__self__", None)
+            if type(receiver) in MUTABLE_TYPES:
+                if self._shared(receiver):
+                    self._poison_object(receiver)
+                    raise _UnknownValue
+            else:
+                self._poison_all(self._module)
+                raise _UnknownValue
+        return raw
+
+    def _poison_object(self, obj: object) -> None:
+        found = reachable(obj)
+        if found is None:
+            self._poison_all(self._module)
+        else:
+            poison(self, found, self._module)
 
     def _call_function(self, fn: ShadowFunction, args: tuple, kwargs: dict):
         if self._depth >= self._limits.max_recursion:

@@ -15,7 +15,7 @@ import re
 from .limits import LimitExceeded
 from .values import Pending, Unknown
 
-__all__ = ["PlainCopier", "IMMUTABLE_TYPES", "MUTABLE_TYPES"]
+__all__ = ["PlainCopier", "IMMUTABLE_TYPES", "MUTABLE_TYPES", "snapshot"]
 
 IMMUTABLE_TYPES: frozenset[type] = frozenset({
     type(None), bool, int, float, complex, str, bytes, range, slice,
@@ -99,3 +99,23 @@ class PlainCopier:
                 return self.memo[key]
             out[kc] = self.copy(v)  # type: ignore[index]
         return out
+
+
+def snapshot(variables: dict, max_items: int) -> dict:
+    """A private copy of the REPL variables, taken in one go (the runtime takes it at
+    turn start). One copier for all names, so aliasing between names is kept; past
+    ``max_items`` elements in all, the remaining containers become Unknown. Dunder
+    names are left out (the shadow never reads them)."""
+    copier = PlainCopier(max_items)
+    out: dict = {}
+    for name, value in variables.items():
+        if type(name) is not str or name.startswith("__"):
+            continue
+        before = len(copier.memo)  # the memo is a dict: new entries come last
+        try:
+            out[name] = copier.copy(value)
+        except LimitExceeded:
+            out[name] = Unknown("namespace value too large")
+            for key in list(copier.memo)[before:]:  # half-built copies: never reuse them
+                copier.memo[key] = Unknown("namespace value too large")
+    return out

@@ -13,6 +13,7 @@ import operator
 
 from .. import keys
 from .builtins import ModuleProxy, SafeFunc, method_policy, safe_class
+from .determinism import is_unordered, text_safe
 from .limits import LimitExceeded, ShadowDeclined
 from .scope import Scope, ShadowFunction
 from .values import Pending, Touched, Unknown
@@ -287,6 +288,8 @@ class ExpressionsMixin:
                 if left.bit_length() + right > limits.max_int_bits:
                     raise LimitExceeded("shift too large")
         elif t is ast.Mod and isinstance(left, (str, bytes)):
+            if not text_safe(right):
+                raise _UnknownValue  # an address, a wrapper's name or a set's order
             text = left if isinstance(left, str) else left.decode("latin-1")
             for m in _PERCENT_SPEC.finditer(text):
                 for part in m.groups():
@@ -401,6 +404,8 @@ class ExpressionsMixin:
                 continue
             if type(value) not in _DATA_TYPES and not isinstance(value, BaseException):
                 raise ShadowDeclined("formatting a non-data value")
+            if not text_safe(value):
+                raise _UnknownValue  # an address, a wrapper's name or a set's order
             if conv == _CONV_R:
                 value = yield from self._apply(repr, (value,))
             elif conv == _CONV_S:
@@ -490,13 +495,19 @@ class ExpressionsMixin:
         yield from level(0)
 
     def _iter(self, value: object):
+        if is_unordered(value):
+            raise _UnknownValue  # a set's order is not the real run's (determinism.py)
         if type(value) not in _DATA_TYPES and not _is_iterator(value):
             if not isinstance(value, (type({}.keys()), type({}.values()), type({}.items()))):
                 raise ShadowDeclined(f"iterating over a {type(value).__name__}")
         return (yield from self._apply(iter, (value,)))
 
-    def _materialize(self, value: object, limit: int | None = None):
-        """All items of an iterable as a list, counting each against the step budget."""
+    def _materialize(self, value: object, limit: int | None = None, unordered: bool = False):
+        """All items of an iterable as a list, counting each against the step budget.
+        ``unordered``: the caller's result does not depend on the order of the items
+        (else a set of several elements is unknown: see ``shadow.determinism``)."""
+        if not unordered and is_unordered(value):
+            raise _UnknownValue
         if type(value) in (list, tuple, str, bytes, dict, set, frozenset) or type(value) is range and len(value) <= 10_000:
             self._step(len(value) // 16 + 1)  # type: ignore[arg-type]
             if 8 * len(value) > self._limits.max_memory_bytes:  # type: ignore[arg-type]

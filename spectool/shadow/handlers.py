@@ -10,6 +10,7 @@ from __future__ import annotations
 from string import Formatter
 
 from .builtins import ModuleProxy, SafeFunc, safe_class
+from .determinism import text_safe
 from .limits import LimitExceeded, ShadowDeclined
 from .scope import ShadowFunction, ToolRef
 from .values import Pending, Unknown
@@ -44,7 +45,8 @@ class BuiltinsMixin:
     def _builtin_sorted(self, fn, args, kwargs):
         if len(args) != 1 or set(kwargs) - {"key", "reverse"}:
             raise _UserError(TypeError("sorted expected 1 argument"))
-        items = yield from self._materialize((yield from self._need(args[0])))
+        items = yield from self._materialize((yield from self._need(args[0])),
+                                             unordered=kwargs.get("key") is None)
         return self._made((yield from self._sort(items, kwargs)))
 
     def _sort(self, items: list, kwargs: dict):
@@ -52,7 +54,7 @@ class BuiltinsMixin:
         reverse = yield from self._need(kwargs.get("reverse", False))
         self._step(len(items))
         if key is None or (isinstance(key, SafeFunc) and key.passable):
-            raw_key = None if key is None else key.raw
+            raw_key = None if key is None else self._passable_raw(key)
             return (yield from self._apply(sorted, (items,), {"key": raw_key, "reverse": reverse},
                                            settle_first=True))
         keys_ = yield from self._keys_of(key, items)
@@ -76,7 +78,10 @@ class BuiltinsMixin:
         key = yield from self._need(kwargs.get("key"))
         has_default = "default" in kwargs
         if len(args) == 1:
-            items = yield from self._materialize((yield from self._need(args[0])))
+            # without a key equal items are interchangeable; with one, ties go to the
+            # first in iteration order
+            items = yield from self._materialize((yield from self._need(args[0])),
+                                                 unordered=key is None)
         elif len(args) > 1:
             items = list(args)
         else:
@@ -87,7 +92,7 @@ class BuiltinsMixin:
             raise _UserError(ValueError(f"{which.__name__}() arg is an empty sequence"))
         self._step(len(items))
         if key is None or (isinstance(key, SafeFunc) and key.passable):
-            kw = {} if key is None else {"key": key.raw}
+            kw = {} if key is None else {"key": self._passable_raw(key)}
             return (yield from self._apply(which, (items,), kw, settle_first=True))
         keys_ = yield from self._keys_of(key, items)
         index = yield from self._apply(which, (range(len(items)),), {"key": keys_.__getitem__})
@@ -105,7 +110,7 @@ class BuiltinsMixin:
         func = yield from self._need(args[0])
         if isinstance(func, SafeFunc) and func.passable:
             rest, _ = yield from self._prepare_raw_args(map, args[1:], {})
-            return (yield from self._apply(map, (func.raw, *rest), settle_first=True))
+            return (yield from self._apply(map, (self._passable_raw(func), *rest), settle_first=True))
         columns = []
         for it in args[1:]:
             columns.append((yield from self._materialize((yield from self._need(it)))))
@@ -120,7 +125,7 @@ class BuiltinsMixin:
         func = yield from self._need(args[0])
         if func is None or (isinstance(func, SafeFunc) and func.passable):
             rest, _ = yield from self._prepare_raw_args(filter, args[1:], {})
-            return (yield from self._apply(filter, (None if func is None else func.raw, *rest),
+            return (yield from self._apply(filter, (None if func is None else self._passable_raw(func), *rest),
                                            settle_first=True))
         items = yield from self._materialize((yield from self._need(args[1])))
         out = []
@@ -234,6 +239,8 @@ class BuiltinsMixin:
         if not args:
             raise _UserError(TypeError("format expected at least 1 argument"))
         value = yield from self._need(args[0])
+        if not text_safe(value):
+            raise _UnknownValue  # an address, a wrapper's name or a set's order
         spec = (yield from self._need(args[1])) if len(args) > 1 else ""
         if type(spec) is str:
             self._check_spec(spec)
@@ -267,6 +274,8 @@ class BuiltinsMixin:
                 raise _UnknownValue
             if not (type(v) in _DATA_TYPES or isinstance(v, (Pending, BaseException))):
                 raise ShadowDeclined("formatting a non-data value")
+            if type(v) is not Pending and not text_safe(v):
+                raise _UnknownValue  # an address, a wrapper's name or a set's order
         return (yield from self._apply(template.format, tuple(args), kwargs))
 
     def _builtin_str_format_map(self, fn, args, kwargs):
@@ -276,5 +285,7 @@ class BuiltinsMixin:
         mapping = yield from self._need(args[0])
         if type(mapping) not in (dict,):
             raise ShadowDeclined("format_map of a non-dict")
+        if not text_safe(mapping):
+            raise _UnknownValue  # an address, a wrapper's name or a set's order
         self._check_template(template)
         return (yield from self._apply(template.format_map, (mapping,)))

@@ -34,6 +34,7 @@ from collections.abc import Generator, Mapping
 from . import analysis
 from .builtins import BLOCKED_BUILTINS, SAFE_BUILTINS
 from .copying import PlainCopier
+from .staleness import poison, reachable, reaches
 from .limits import LimitExceeded, Limits, ShadowDeclined
 from .scope import Scope, ToolRef
 from .values import Outcome, Pending, TailBet, ToolInfo, Touched, Unknown, WaitFor
@@ -98,6 +99,9 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         self._fresh: set[int] = set()  # peek: ids of containers created by the peek itself
         self._fresh_keep: list[object] = []
         self._peek_iterations = 0
+        self._peek_stale: set[int] = set()  # peek: objects a refused mutation made unknown
+        self._peek_stale_all = False        # peek: every mutable object is unknown
+        self._source_stale = False  # not-yet-copied mutable namespace values are unknown
         self._version = 0  # changes whenever the state a peek could read changes
         self._peek_cache: tuple | None = None
         self._tail_memo: tuple | None = None
@@ -267,6 +271,10 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
                 value = self._copier.copy(self._source[name])
             except LimitExceeded:
                 value = Unknown("namespace value too large")
+            if self._source_stale and reaches(value, None):
+                # code the shadow could not see ran since the turn began: the REPL's
+                # mutable objects may have changed (staleness.poison)
+                value = Unknown("may have been changed by code the shadow cannot see")
             self._globals[name] = value
             return value
         if name in SAFE_BUILTINS:
@@ -331,16 +339,35 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
     def _taint(self, names: frozenset[str] | set[str], scope: Scope,
                rebound: frozenset[str] | set[str] | None = None) -> None:
         """Mark names unknown. Names only mutated (not in ``rebound``; None = all
-        rebound) keep values that no mutation can change (str, int, modules, ...)."""
+        rebound) keep values that no mutation can change (str, int, modules, ...).
+
+        The objects the names held may have been mutated through them, so every other
+        reference to those objects (aliases, containers, closures, the copier's memo)
+        becomes unknown too (``staleness.poison``)."""
+        targets: set[int] | None = set()
         for name in names:
+            try:
+                current = self._lookup(name, scope)
+            except _UserError:
+                current = None
+            if targets is not None and type(current) not in _UNMUTABLE \
+                    and not isinstance(current, _WRAPPERS):
+                found = reachable(current)
+                if found is None:
+                    targets = None  # too big to follow: every mutable object
+                else:
+                    targets |= found
             if rebound is not None and name not in rebound:
-                try:
-                    current = self._lookup(name, scope)
-                except _UserError:
-                    continue
-                if type(current) in _UNMUTABLE or isinstance(current, _WRAPPERS):
+                if current is None or type(current) in _UNMUTABLE or isinstance(current, _WRAPPERS):
                     continue
             self._store(name, Unknown("tainted"), scope)
+        if targets is None or targets:
+            poison(self, targets, scope)
+
+    def _poison_all(self, scope: Scope) -> None:
+        """A call into code the shadow cannot see (an unknown callable or a method of an
+        unknown object) may mutate any object reachable from the REPL's globals."""
+        poison(self, None, scope)
 
     def _taint_nodes(self, nodes: list, scope: Scope) -> None:
         self._taint(analysis.written_names(nodes), scope, analysis.bound_names(nodes))

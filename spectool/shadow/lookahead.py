@@ -43,6 +43,7 @@ from .copying import PlainCopier
 from .scope import Scope
 from .tail import PEEK_MAX_SECONDS, PEEK_MAX_STEPS
 from .values import TailBet, Touched, Unknown
+from .staleness import reset_peek
 
 if TYPE_CHECKING:
     from .interpreter import ShadowInterpreter
@@ -161,6 +162,7 @@ def _peek(interp: "ShadowInterpreter", frames: list[LoopFrame]) -> list[TailBet]
     interp._peek_counts = {}
     interp._fresh = set()
     interp._fresh_keep = []
+    reset_peek(interp)
     interp._peek_iterations = 0
     interp._module = Scope("module", dict(interp._globals))  # copy-on-write globals
     interp._handling = list(interp._handling)
@@ -176,6 +178,7 @@ def _peek(interp: "ShadowInterpreter", frames: list[LoopFrame]) -> list[TailBet]
             if not _run_iterations(interp, frame.node, items, limit):
                 break
     finally:
+        reset_peek(interp)
         interp._peek = False
         interp._peek_known = None
         interp._bets = None

@@ -37,6 +37,7 @@ from .internals import (
     _Break, _Continue, _PeekDone, _Return, _Uncertain, _UnknownValue, _UserError, _WouldWait,
 )
 from .limits import LimitExceeded, ShadowDeclined
+from .staleness import reset_peek
 from .scope import Scope, ShadowFunction
 from .values import TailBet, Touched, Unknown
 
@@ -375,6 +376,7 @@ def _evaluate(interp: "ShadowInterpreter", tree: ast.Module,
     interp._peek_counts = {}
     interp._fresh = set()
     interp._fresh_keep = []
+    reset_peek(interp)
     interp._peek_iterations = 0
     # copy-on-write view of the globals: a shallow copy (mutation of shared objects is
     # refused in peek mode; rebinding a name only changes the copy)
@@ -394,6 +396,7 @@ def _evaluate(interp: "ShadowInterpreter", tree: ast.Module,
             _WouldWait, ShadowDeclined, LimitExceeded, Touched, RecursionError, MemoryError):
         pass
     finally:
+        reset_peek(interp)
         interp._peek = False
         interp._bets = None
         interp._fresh = set()

@@ -65,13 +65,13 @@ class ToolInfo:
     """
 
     name: str
-    speculate: Literal["pure", "idempotent", "never"] = "never"
+    speculate: Literal["pure", "idempotent", "two_phase", "never"] = "never"
     signature: inspect.Signature | None = None
     batched_of: str | None = None
 
     @property
     def speculatable(self) -> bool:
-        return self.speculate in ("pure", "idempotent")
+        return self.speculate in ("pure", "idempotent", "two_phase")
 
 
 @dataclass(frozen=True)

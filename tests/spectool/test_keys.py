@@ -20,8 +20,12 @@ def test_distinct_types_give_distinct_keys():
     assert None not in keys and len(keys) == 10
 
 
-def test_dict_order_and_kwargs_order_do_not_matter():
-    assert canonical({"a": 1, "b": 2}) == canonical({"b": 2, "a": 1})
+def test_kwargs_order_does_not_matter_but_dict_order_does():
+    # a tool can observe a dict's order (list(d), json.dumps(d)): a dict built in a
+    # different order (say, from a set) must never meet the other's result
+    assert canonical({"a": 1, "b": 2}) != canonical({"b": 2, "a": 1})
+    assert call_key(({"a": 1, "b": 2},), {}) != call_key(({"b": 2, "a": 1},), {})
+    assert call_key(({"a": [{"x": 1, "y": 2}]},), {}) != call_key(({"a": [{"y": 2, "x": 1}]},), {})
     assert call_key(("x",), {"a": 1, "b": 2}) == call_key(("x",), {"b": 2, "a": 1})
     assert call_key(("x",), {}) != call_key((), {"prompt": "x"})
 

@@ -192,7 +192,9 @@ def gated(speculate="pure"):
     runs: list[int] = []
     gate = anyio.Event()
 
-    @spectool.tool(speculate=speculate, name="slow")
+    hooks = {"on_unclaimed": lambda key, args, kwargs: None} if speculate == "idempotent" else {}
+
+    @spectool.tool(speculate=speculate, name="slow", **hooks)
     async def slow(x: int, idempotency_key: str = "") -> int:
         runs.append(x)
         await gate.wait()

@@ -163,21 +163,90 @@ def test_bytes_split_inside_a_utf8_character():
     assert structural(run([data[:cut], data[cut:]])) == structural(run([MESSAGE]))
 
 
-def test_cost_is_linear_in_message_length():
-    import time
+def work(text: str, step: int = 16) -> int:
+    """Characters the segmenter processed (its ``scanned`` work counter) for ``text``
+    fed in deltas of ``step`` characters."""
+    seg = Segmenter()
+    for i in range(0, len(text), step):
+        seg.feed(text[i:i + step])
+    seg.close()
+    return seg.scanned
 
-    def cost(n):
-        body = "".join(f"x{i} = f({i}, 'abc')\n" for i in range(n))
-        text = "```repl\nfor k in range(3):\n" + "".join("    " + l + "\n" for l in body.splitlines()[:50]) + body + "```\n"
-        t0 = time.perf_counter()
-        seg = Segmenter()
-        for i in range(0, len(text), 3):
-            seg.feed(text[i:i + 3])
-        seg.close()
-        return time.perf_counter() - t0
 
-    small, big = min(cost(500) for _ in range(3)), min(cost(5000) for _ in range(3))
-    assert big < small * 25  # 10x the text: about 10x the time, far from 100x
+def long_cell(n: int) -> str:
+    body = "".join(f"x{i} = f({i}, 'abc')\n" for i in range(n // 20))
+    head = "".join("    " + line + "\n" for line in body.splitlines()[:50])
+    return "```repl\nfor k in range(3):\n" + head + body + "```\n"
+
+
+def long_call_line(n: int) -> str:
+    return "```repl\nx = [" + "f(1), " * (n // 6) + "]\n```\n"
+
+
+def long_escaped_string(n: int) -> str:
+    return "```repl\nx = '" + "\\n" * (n // 2) + "'\n```\n"
+
+
+def long_block(n: int) -> str:
+    return "```repl\ndef g():\n" + "    y = f(1)\n" * (n // 13) + "```\n"
+
+
+SHAPES = [long_cell, long_call_line, long_escaped_string, long_block]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[s.__name__ for s in SHAPES])
+def test_work_is_linear_in_length_for_long_cells_and_very_long_lines(shape):
+    # work per character stays bounded as the text grows 16-fold (a quadratic
+    # segmenter's work per character would grow 16-fold too)
+    per_char = [work(shape(n)) / len(shape(n)) for n in (20_000, 80_000, 320_000)]
+    # (a short tail is reported on every change: a bounded constant per delta, which
+    # weighs less per character as the text grows)
+    assert per_char[1] <= per_char[0] * 1.25 and per_char[2] <= per_char[1] * 1.25
+    assert per_char[2] < 20
+
+
+def test_work_counter_catches_a_quadratic_tail_report(monkeypatch):
+    """Negative control: with the long-tail throttle off (every change reported in
+    full), the counter shows the quadratic growth on one long line."""
+    import spectool.segmenter as segmenter
+    monkeypatch.setattr(segmenter, "TAIL_EAGER_CHARS", 10 ** 12)
+    per_char = [work(long_call_line(n)) / len(long_call_line(n)) for n in (40_000, 160_000)]
+    assert per_char[1] > per_char[0] * 3
+
+
+def test_work_counter_catches_a_quadratic_string_scan(monkeypatch):
+    """Negative control: a string scan that searches for the closing quote again after
+    every backslash (the old ``_skip_string``) shows up in the counter."""
+    def naive_skip(self, line, pos):
+        quote, n = self.quote, len(line)
+        while pos < n:
+            i = line.find(quote, pos)
+            self.scanned += (n if i == -1 else i) - pos
+            b = line.find("\\", pos)
+            if b != -1 and (i == -1 or b < i):
+                pos = b + 2
+                continue
+            if i == -1:
+                return n
+            self.quote = None
+            return i + len(quote)
+        return n
+
+    monkeypatch.setattr(LineLexer, "_skip_string", naive_skip)
+    per_char = [work(long_escaped_string(n)) / len(long_escaped_string(n))
+                for n in (10_000, 40_000)]
+    assert per_char[1] > per_char[0] * 3
+
+
+def test_a_long_tail_is_still_reported_as_it_grows():
+    # the throttle delays reports of a long tail; it never drops the last state
+    text = long_call_line(20_000)[:-6]  # the line is still open
+    seg = Segmenter()
+    tails = []
+    for i in range(0, len(text), 16):
+        tails += [e.tail for e in seg.feed(text[i:i + 16]) if isinstance(e, TailChanged)]
+    assert len(tails) > 20 and tails == sorted(tails, key=len)
+    assert len(text) - len(tails[-1]) - len("```repl\n") < len(text) // 2
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -174,7 +174,7 @@ async def test_shadow_launch_after_real_call_joins_it(anyio_backend):
 async def test_idempotency_key_same_for_speculative_and_real_occurrence(anyio_backend):
     seen = []
 
-    @spectool.tool(speculate="idempotent")
+    @spectool.tool(speculate="idempotent", on_unclaimed=lambda key, args, kwargs: None)
     async def post(body: str, *, idempotency_key: str):
         seen.append(idempotency_key)
         return idempotency_key

@@ -35,11 +35,11 @@ def test_bad_policy_and_name_rejected():
 
 def test_idempotent_tool_must_take_idempotency_key():
     with pytest.raises(TypeError, match="idempotency_key"):
-        @spectool.tool(speculate="idempotent")
+        @spectool.tool(speculate="idempotent", on_unclaimed=lambda key, args, kwargs: None)
         def send(msg: str):
             return msg
 
-    @spectool.tool(speculate="idempotent")
+    @spectool.tool(speculate="idempotent", on_unclaimed=lambda key, args, kwargs: None)
     def send2(msg: str, *, idempotency_key: str):
         return msg, idempotency_key
 

@@ -1,0 +1,170 @@
+"""Never a stale view: an object the shadow cannot follow becomes unknown through
+*every* reference to it.
+
+When the shadow cannot model a mutation (a skipped block mutates ``b``, a refused
+mutation inside a peek, a call into an unknown callable), it used to mark only the
+*name* it saw unknown. Another name bound to the same list (``a = b``), a dict holding
+it, a closure frame, the namespace copier's memo (a later first read of an alias in the
+caller's namespace) or a resolved tool result could still show the old contents, and a
+tool call built from them would be launched with arguments the real run never uses.
+
+``poison(interp, targets, scope)`` fixes the view by object identity: every binding,
+in any shadow scope it can reach, whose value *reaches* one of the ``targets``
+(itself, or a container holding it at any depth) is rebound to ``Unknown``; so are
+the copier's memo entries and resolved outcomes that reach one. ``targets=None`` means
+every mutable object (a call into code the shadow cannot see may mutate anything
+reachable from the REPL's globals).
+
+Peek mode (tail peeks, lookahead) never mutates shared state: bindings are rebound in
+the peek's copy-on-write module scope and in frames the peek created, and the targets
+are remembered in ``interp._peek_stale``, which name lookups and first copies consult
+for the rest of the peek.
+
+Invariant: after ``poison``, no name lookup in the shadow returns a value from which a
+target is reachable (within ``MAX_WALK`` items per value; beyond that a value counts as
+reaching, which only makes more values unknown).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING, Iterable
+
+from .scope import Scope, ShadowFunction
+from .values import Unknown
+
+if TYPE_CHECKING:
+    from .interpreter import ShadowInterpreter
+
+__all__ = ["reachable", "reaches", "poison", "reset_peek", "MAX_WALK"]
+
+MAX_WALK = 200_000  # container items visited per value before giving up (= "reaches")
+_CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque, collections.OrderedDict,
+               collections.Counter, collections.defaultdict)
+_MUTABLE = (list, dict, set, bytearray, collections.deque, collections.OrderedDict,
+            collections.Counter, collections.defaultdict)
+
+
+def _children(value: object) -> Iterable[object]:
+    if isinstance(value, dict):
+        return value.values()  # keys are immutable (hashable plain data)
+    if type(value) is ShadowFunction:
+        return (*value.defaults, *value.kw_defaults)
+    return value  # type: ignore[return-value]
+
+
+def reachable(value: object, limit: int = MAX_WALK) -> set[int] | None:
+    """Ids of the mutable objects reachable from ``value`` (itself included); None if
+    more than ``limit`` items would have to be visited."""
+    out: set[int] = set()
+    seen: set[int] = set()
+    stack = [value]
+    visited = 0
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if not (t in _CONTAINERS or t is ShadowFunction or t is bytearray):
+            continue
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, _MUTABLE):
+            out.add(id(v))
+        if t is bytearray:
+            continue
+        children = list(_children(v))
+        visited += len(children)
+        if visited > limit:
+            return None
+        stack.extend(children)
+    return out
+
+
+def reaches(value: object, targets: set[int] | None) -> bool:
+    """Does ``value`` reach one of ``targets`` (None: any mutable object)?"""
+    found = reachable(value)
+    if found is None:
+        return True
+    if targets is None:
+        return bool(found)
+    return not found.isdisjoint(targets)
+
+
+def _frames(scope: Scope | None) -> list[Scope]:
+    out = []
+    while scope is not None:
+        out.append(scope)
+        scope = scope.parent
+    return out
+
+
+def poison(interp: "ShadowInterpreter", targets: set[int] | None, scope: Scope) -> None:
+    """Rebind to Unknown every binding that reaches ``targets`` (see module doc)."""
+    if targets is not None and not targets:
+        return
+    peek = interp._peek
+    frames: list[Scope] = [interp._module, *_frames(scope)]
+    if not peek:
+        # closure frames of shadow functions reachable from the module
+        for value in list(interp._module.vars.values()):
+            if type(value) is ShadowFunction:
+                frames.extend(_frames(value.scope))
+    done: set[int] = set()
+    for frame in frames:
+        if id(frame) in done:
+            continue
+        done.add(id(frame))
+        if peek and frame.vars is interp._globals:
+            continue  # the statements' own module scope: never written by a peek
+        if peek and frame.kind == "function" and frame not in _frames(scope):
+            continue  # not the peek's own: the lookup check below covers it
+        for name, value in list(frame.vars.items()):
+            if reaches(value, targets):
+                frame.vars[name] = Unknown("aliases an object the shadow cannot follow")
+    if peek:
+        if targets is None:
+            interp._peek_stale_all = True
+        else:
+            interp._peek_stale |= targets
+        if "_lookup" not in interp.__dict__:
+            interp.__dict__["_lookup"] = _checked_lookup(interp)
+        return
+    if targets is None:
+        interp._source_stale = True  # names not copied yet (ShadowInterpreter._global)
+    memo = interp._copier.memo
+    for key, value in list(memo.items()):
+        if reaches(value, targets):
+            memo[key] = Unknown("aliases an object the shadow cannot follow")
+    for key, (pending, value) in list(interp._outcomes.items()):
+        if reaches(value, targets):
+            interp._outcomes[key] = (pending, Unknown("aliases an object the shadow cannot follow"))
+    interp._version += 1
+
+
+def stale_in_peek(interp: "ShadowInterpreter", value: object) -> bool:
+    """Peek mode: does ``value`` reach an object a refused mutation made unknown?"""
+    if interp._peek_stale_all:
+        return reaches(value, None)
+    return bool(interp._peek_stale) and reaches(value, interp._peek_stale)
+
+
+def _checked_lookup(interp: "ShadowInterpreter"):
+    """The interpreter's name lookup, for the rest of one peek: a value that reaches
+    a stale object reads as unknown. Installed on the instance only once a peek made
+    something stale, so lookups cost nothing extra otherwise."""
+    base = type(interp)._lookup
+
+    def _lookup(name: str, scope: Scope) -> object:
+        value = base(interp, name, scope)
+        if stale_in_peek(interp, value):
+            return Unknown("aliases an object the shadow cannot follow")
+        return value
+
+    return _lookup
+
+
+def reset_peek(interp: "ShadowInterpreter") -> None:
+    """At the start and end of a peek: nothing is stale in the next one."""
+    interp._peek_stale = set()
+    interp._peek_stale_all = False
+    interp.__dict__.pop("_lookup", None)

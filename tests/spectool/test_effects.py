@@ -1,0 +1,513 @@
+"""Effects only where the real run goes (issue 12, part 2): idempotent tools get a
+globally unique key and a required ``on_unclaimed`` compensation hook; two_phase tools
+prepare early, commit on claim and abort otherwise.
+
+Invariant checked by ``Ledger.check``: every run of an idempotent tool's body is either
+claimed by the real run (its key reached the namespace) or compensated exactly once,
+after the run settled, and never both. The negative controls switch the settlement
+off (``spectool.store.settle`` replaced by a no-op) and show the check fails.
+
+Ordering uses anyio Events and the trace listener; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+import spectool
+import spectool.store
+from rt_helpers import chunks, fenced
+from spectool.store import Budget, Store
+from spectool.trace import Trace, TurnStats
+
+
+class Ledger:
+    """Records what an idempotent tool did: runs started, runs settled, compensations."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.settled: list[str] = []
+        self.compensated: list[tuple[str, tuple, dict]] = []
+        self.order_ok = True
+
+    def tool(self, name: str = "post", gate: anyio.Event | None = None):
+        ledger = self
+
+        def on_unclaimed(key, args, kwargs):
+            # after the call settled: its run has returned, raised or been cancelled
+            ledger.order_ok &= key in ledger.settled
+            ledger.compensated.append((key, args, kwargs))
+
+        @spectool.tool(speculate="idempotent", name=name, on_unclaimed=on_unclaimed)
+        async def post(body: str, *, idempotency_key: str) -> str:
+            ledger.started.append(idempotency_key)
+            try:
+                if gate is not None:
+                    await gate.wait()
+                await anyio.lowlevel.checkpoint()
+                return idempotency_key
+            finally:
+                ledger.settled.append(idempotency_key)
+
+        return post
+
+    def check(self, claimed: set[str]) -> None:
+        """No run unless claimed or compensated (exactly once, after settling)."""
+        keys = [k for k, _, _ in self.compensated]
+        assert len(keys) == len(set(keys)), "a run was compensated twice"
+        assert not set(keys) & claimed, "a claimed run was compensated"
+        unaccounted = set(self.started) - claimed - set(keys)
+        assert not unaccounted, f"ran, neither claimed nor compensated: {unaccounted}"
+        assert self.order_ok, "a hook ran before its call settled"
+
+
+def claimed_keys(namespace: dict) -> set[str]:
+    return {v for v in namespace.values() if isinstance(v, str) and ":post:" in v}
+
+
+class LaunchGate:
+    """Trace listener: ``seen`` is set once ``count`` speculative launches happened."""
+
+    def __init__(self, count: int = 1) -> None:
+        self.count = count
+        self.launches = 0
+        self.seen = anyio.Event()
+
+    def __call__(self, event) -> None:
+        if event.kind == "launch":
+            self.launches += 1
+            if self.launches >= self.count:
+                self.seen.set()
+
+
+async def stream_then(text: str, gate: LaunchGate, rest: str):
+    """Yield ``text``, wait until the shadow launched, then yield ``rest``."""
+    for i in range(0, len(text), 9):
+        yield text[i:i + 9]
+        await anyio.lowlevel.checkpoint()
+    await gate.seen.wait()
+    yield rest
+
+
+class Broken:
+    """A namespace object the shadow cannot model; its method raises for real."""
+
+    def fail(self):
+        raise RuntimeError("real failure")
+
+
+CASES = {
+    # the last line does not parse: the real run runs nothing of the cell
+    "last_line_syntax_error": ("```repl\na = post('x')\n", "broken = (\n```\n"),
+    # the message ends inside an unfinished block: the cell does not parse
+    "stream_ends_mid_cell": ("```repl\na = post('x')\n", "if a:\n"),
+    # an earlier statement raises for real (the shadow cannot know: opaque object)
+    "earlier_statement_raised": ("```repl\nobj.fail()\na = post('x')\n", "b = 1\n```\n"),
+}
+
+
+async def run_case(name: str, ledger: Ledger) -> spectool.TurnResult:
+    head, rest = CASES[name]
+    gate = LaunchGate()
+    rt = spectool.Runtime([ledger.tool()], mode="spec", on_event=gate,
+                          namespace={"obj": Broken()})
+    return await rt.run(stream_then(head, gate, rest))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("case", sorted(CASES))
+async def test_unclaimed_idempotent_speculation_is_compensated_once(anyio_backend, case):
+    ledger = Ledger()
+    res = await run_case(case, ledger)
+    assert res.error is not None                       # the real run never made the call
+    assert len(ledger.started) == 1                    # the speculation DID run
+    assert [(args, kwargs) for _, args, kwargs in ledger.compensated] == [(("x",), {})]
+    assert ledger.compensated[0][0] == ledger.started[0]
+    ledger.check(claimed_keys(res.namespace))
+
+
+@pytest.mark.anyio
+async def test_negative_control_without_settlement_the_check_fails(anyio_backend, monkeypatch):
+    async def no_settle(entry, trace):
+        return None
+
+    monkeypatch.setattr(spectool.store, "settle", no_settle)
+    ledger = Ledger()
+    res = await run_case("last_line_syntax_error", ledger)
+    assert ledger.started and not ledger.compensated
+    with pytest.raises(AssertionError, match="neither claimed nor compensated"):
+        ledger.check(claimed_keys(res.namespace))
+
+
+@pytest.mark.anyio
+async def test_claimed_idempotent_speculation_is_not_compensated(anyio_backend):
+    ledger = Ledger()
+    gate = LaunchGate()
+    rt = spectool.Runtime([ledger.tool()], mode="spec", on_event=gate)
+    res = await rt.run(stream_then("```repl\na = post('x')\n", gate, "b = post('x')\n```\n"))
+    assert res.error is None and res.stats.hits >= 1
+    assert ledger.compensated == []
+    assert res.namespace["a"] != res.namespace["b"]     # two occurrences, two keys
+    ledger.check(claimed_keys(res.namespace))
+
+
+@pytest.mark.anyio
+async def test_keys_are_unique_across_runtimes_and_turns(anyio_backend):
+    ledger = Ledger()
+    keys = []
+    for _ in range(2):
+        rt = spectool.Runtime([ledger.tool()], mode="spec")
+        for _ in range(2):
+            res = await rt.run(chunks(fenced("a = post('x')\n")))
+            keys.append(res.namespace["a"])
+    assert len(set(keys)) == 4
+    # the key names the runtime (a uuid4), the turn, the tool and the occurrence
+    runtime_id, turn, tool, occurrence, digest = keys[0].split(":")
+    assert len(runtime_id) == 32 and turn == "t1" and tool == "post" and occurrence == "0"
+
+
+# ----------------------------------------------------------------- store level
+
+async def open_store(tools, tg, max_in_flight=16):
+    return Store({t.name: t for t in tools}, tg, budget=Budget(max_in_flight, 1 << 20),
+                 trace=Trace(), stats=TurnStats(), turn_id="rid:t1")
+
+
+@pytest.mark.anyio
+async def test_diverged_arguments_leave_the_speculation_unclaimed(anyio_backend):
+    ledger = Ledger()
+    post = ledger.tool()
+    async with anyio.create_task_group() as tg:
+        store = await open_store([post], tg)
+        store.launch("post", ("a",), {})
+        await anyio.wait_all_tasks_blocked()
+        real = await store.call("post", ("b",), {})        # the real run went elsewhere
+        store.close()
+    assert [args for _, args, _ in ledger.compensated] == [("a",)]
+    ledger.check({real})
+
+
+@pytest.mark.anyio
+async def test_cancelled_running_speculation_is_compensated_after_it_settled(anyio_backend):
+    ledger = Ledger()
+    gate = anyio.Event()                                   # never set: the call hangs
+    post = ledger.tool(gate=gate)
+    async with anyio.create_task_group() as tg:
+        store = await open_store([post], tg)
+        store.launch("post", ("a",), {})
+        await anyio.wait_all_tasks_blocked()
+        assert len(ledger.started) == 1 and ledger.settled == []
+        store.close()                                      # turn end: cancelled for real
+    assert ledger.settled == ledger.started               # the cancellation settled it
+    assert len(ledger.compensated) == 1
+    ledger.check(set())
+
+
+@pytest.mark.anyio
+async def test_speculation_that_never_started_is_not_compensated(anyio_backend):
+    ledger = Ledger()
+    post = ledger.tool(gate=anyio.Event())                 # 'a' holds the one slot
+    async with anyio.create_task_group() as tg:
+        store = await open_store([post], tg, max_in_flight=1)
+        store.launch("post", ("a",), {})
+        store.launch("post", ("b",), {})                   # waits for budget
+        await anyio.wait_all_tasks_blocked()
+        store.close()
+    assert len(ledger.started) == 1                        # 'b' never ran...
+    assert [args for _, args, _ in ledger.compensated] == [("a",)]   # ...nor is undone
+    ledger.check(set())
+
+
+@pytest.mark.anyio
+async def test_turn_cancelled_by_its_caller_still_compensates(anyio_backend):
+    ledger = Ledger()
+    post = ledger.tool()
+    with anyio.CancelScope() as outer:
+        async with anyio.create_task_group() as tg:
+            store = await open_store([post], tg)
+            store.launch("post", ("a",), {})
+            await anyio.wait_all_tasks_blocked()        # the call finished, unclaimed
+            outer.cancel()                               # no close(): the caller left
+    assert len(ledger.started) == 1 and len(ledger.compensated) == 1
+    ledger.check(set())
+
+
+@pytest.mark.anyio
+async def test_failing_hook_is_traced_and_does_not_fail_the_turn(anyio_backend):
+    def bad_hook(key, args, kwargs):
+        raise OSError("compensation backend down")
+
+    @spectool.tool(speculate="idempotent", on_unclaimed=bad_hook)
+    async def post(body: str, *, idempotency_key: str) -> str:
+        return idempotency_key
+
+    async with anyio.create_task_group() as tg:
+        store = await open_store([post], tg)
+        store.launch("post", ("a",), {})
+        await anyio.wait_all_tasks_blocked()
+        store.close()
+    assert [e.kind for e in store.trace.events if e.kind.startswith("compensat")] \
+        == ["compensation_error"]
+
+
+# ------------------------------------------------------------------- two phase
+
+class TwoPhaseLedger:
+    def __init__(self) -> None:
+        self.log: list[tuple] = []
+
+    def tool(self, fail_prepare: bool = False):
+        log = self.log
+
+        async def commit(key, prepared):
+            log.append(("commit", key, prepared))
+            return f"done:{prepared}"
+
+        def abort(key, prepared):
+            log.append(("abort", key, prepared))
+
+        @spectool.tool(speculate="two_phase", commit=commit, abort=abort)
+        async def transfer(amount: int, *, idempotency_key: str) -> str:
+            log.append(("prepare", idempotency_key, amount))
+            if fail_prepare:
+                raise ValueError("insufficient funds")
+            return f"hold-{amount}"
+
+        return transfer
+
+    def kinds(self):
+        return [entry[0] for entry in self.log]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["baseline", "spec"])
+async def test_two_phase_claimed_prepares_once_and_commits(anyio_backend, mode):
+    ledger = TwoPhaseLedger()
+    gate = LaunchGate()
+    rt = spectool.Runtime([ledger.tool()], mode=mode, on_event=gate)
+    if mode == "spec":
+        stream = stream_then("```repl\nr = transfer(5)\n", gate, "```\n")
+    else:
+        stream = chunks(fenced("r = transfer(5)\n"))
+    res = await rt.run(stream)
+    assert res.error is None and res.namespace["r"] == "done:hold-5"
+    assert ledger.kinds() == ["prepare", "commit"]
+    assert ledger.log[0][1] == ledger.log[1][1]             # one key for both phases
+    if mode == "spec":
+        assert res.stats.hits == 1
+
+
+@pytest.mark.anyio
+async def test_two_phase_unclaimed_is_aborted_with_what_prepare_returned(anyio_backend):
+    ledger = TwoPhaseLedger()
+    gate = LaunchGate()
+    rt = spectool.Runtime([ledger.tool()], mode="spec", on_event=gate)
+    res = await rt.run(stream_then("```repl\nr = transfer(5)\n", gate, "broken = (\n```\n"))
+    assert isinstance(res.error, SyntaxError)
+    assert ledger.kinds() == ["prepare", "abort"]
+    assert ledger.log[1][1:] == (ledger.log[0][1], "hold-5")
+
+
+@pytest.mark.anyio
+async def test_two_phase_failed_prepare_is_aborted_with_none_and_raises_on_claim(anyio_backend):
+    ledger = TwoPhaseLedger()
+    async with anyio.create_task_group() as tg:
+        store = await open_store([ledger.tool(fail_prepare=True)], tg)
+        store.launch("transfer", (1,), {})
+        store.launch("transfer", (2,), {})
+        await anyio.wait_all_tasks_blocked()
+        with pytest.raises(ValueError, match="insufficient"):
+            await store.call("transfer", (1,), {})          # claimed: prepare's error
+        store.close()
+    assert ledger.kinds() == ["prepare", "prepare", "abort"]
+    assert ledger.log[2][2] is None
+
+
+# ------------------------------------------------------------------- declaration
+
+def test_idempotent_tool_requires_a_compensation_hook():
+    with pytest.raises(TypeError, match="on_unclaimed.*required.*did run"):
+        @spectool.tool(speculate="idempotent")
+        async def post(body: str, *, idempotency_key: str) -> str:
+            return body
+    with pytest.raises(TypeError, match="on_unclaimed must accept"):
+        spectool.tool(speculate="idempotent", on_unclaimed=lambda key: None, name="p")(
+            lambda body, *, idempotency_key: body)
+    with pytest.raises(TypeError, match="only for speculate='idempotent'"):
+        spectool.tool(speculate="pure", on_unclaimed=lambda k, a, kw: None, name="p")(
+            lambda x: x)
+
+
+def test_two_phase_tool_is_validated():
+    ok = dict(commit=lambda key, prepared: prepared, abort=lambda key, prepared: None)
+    with pytest.raises(TypeError, match="commit.*required"):
+        spectool.tool(speculate="two_phase", abort=ok["abort"], name="t")(lambda x: x)
+    with pytest.raises(TypeError, match="abort must accept"):
+        spectool.tool(speculate="two_phase", commit=ok["commit"], abort=lambda: None, name="t")(
+            lambda x: x)
+    with pytest.raises(TypeError, match="abort must be callable"):
+        spectool.tool(speculate="two_phase", commit=ok["commit"], abort="nope", name="t")(lambda x: x)
+    with pytest.raises(ValueError, match="cannot be deterministic"):
+        spectool.tool(speculate="two_phase", deterministic=True, name="t", **ok)(lambda x: x)
+    with pytest.raises(TypeError, match="only for speculate='two_phase'"):
+        spectool.tool(speculate="pure", name="t", **ok)(lambda x: x)
+    t = spectool.tool(speculate="two_phase", name="t", **ok)(lambda x: x)
+    assert t.speculatable and t.settled and "idempotency_key" not in t.signature.parameters
+    batched = spectool.tool(speculate="never", batched_of="t", name="tb")(lambda xs: xs)
+    with pytest.raises(ValueError, match="two_phase tool"):
+        spectool.Runtime([t, batched])
+
+
+@pytest.mark.anyio
+async def test_two_phase_direct_call_prepares_and_commits(anyio_backend):
+    ledger = TwoPhaseLedger()
+    assert await ledger.tool().acall(3) == "done:hold-3"
+    assert ledger.kinds() == ["prepare", "commit"]
+    assert ledger.log[0][1].startswith("direct:")
+
+
+@pytest.mark.anyio
+async def test_lone_surrogate_arguments_match_baseline(anyio_backend):
+    @spectool.tool(speculate="pure")
+    async def q(x: str) -> str:
+        return "r" + repr(x)
+
+    cell = "s = chr(0xd800)\nv = q(s)\nw = q('\\udc80x')\n"
+    out = {}
+    for mode in ("baseline", "spec"):
+        res = await spectool.Runtime([q], mode=mode).run_cell(cell)
+        out[mode] = (repr(res.error), res.namespace)
+    assert out["spec"] == out["baseline"] and out["baseline"][0] == "None"
+
+
+# ------------------------------------------- stale views that reached the real run
+
+def test_namespace_snapshot_is_private_and_taken_at_turn_start():
+    from spectool.runtime import _snapshot
+    shared = [1]
+    variables = {"a": shared, "b": shared, "t": (shared, "x")}
+    snap = _snapshot(variables)
+    shared.append(2)                                   # the real run changes it later
+    assert snap["a"] == [1] and snap["a"] is snap["b"] and snap["t"][0] is snap["a"]
+
+
+def test_negative_control_a_shallow_snapshot_shows_later_changes():
+    shared = [1]
+    shallow = dict({"a": shared})                      # the old _snapshot
+    shared.append(2)
+    assert shallow["a"] != [1]
+
+
+class StatementGate:
+    """Trace listener: ``seen`` is set once the shadow finished ``count`` statements."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.statements = 0
+        self.seen = anyio.Event()
+
+    def __call__(self, event) -> None:
+        if event.kind == "shadow_statement":
+            self.statements += 1
+            if self.statements >= self.count:
+                self.seen.set()
+
+
+STALE_CELL = ("k = sync()\n"
+              "if k == 1:\n"
+              "    raise ValueError('peeking ahead stops here')\n"
+              "xs.append(2)\n"
+              "hold()\n"
+              "r = post(str(xs))\n")
+
+
+async def run_real_ahead(mode: str, ledger: Ledger) -> spectool.TurnResult:
+    post = ledger.tool()
+    gate = StatementGate(5)
+
+    @spectool.tool
+    def sync() -> int:                                 # a never tool the shadow observes
+        return 0
+
+    @spectool.tool(speculate="pure")
+    async def hold() -> int:                           # the real run waits for the shadow
+        with anyio.move_on_after(10):
+            await gate.seen.wait()
+        return 0
+
+    rt = spectool.Runtime([post, sync, hold], mode=mode, namespace={"xs": [1]},
+                          on_event=gate)
+    return await rt.run(chunks(fenced(STALE_CELL)))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["lazy", "spec"])
+async def test_real_run_ahead_of_the_shadow_never_leaves_a_stale_bet(anyio_backend, mode):
+    """The real run mutates ``xs`` before the shadow first reads it (the shadow waits
+    on ``sync()`` and cannot peek past the ``if``); the shadow must still see the
+    turn-start value and launch only the call the real run makes."""
+    ledger = Ledger()
+    res = await run_real_ahead(mode, ledger)
+    assert res.error is None and res.namespace["xs"] == [1, 2]
+    assert ledger.compensated == []                    # no bet on [1, 2, 2]
+    ledger.check(claimed_keys(res.namespace))
+
+
+@pytest.mark.anyio
+async def test_negative_control_a_late_lazy_copy_bets_on_a_stale_view(anyio_backend,
+                                                                      monkeypatch):
+    import spectool.runtime
+    monkeypatch.setattr(spectool.runtime, "_snapshot", lambda variables, limits=None:
+                        dict(variables))           # the old one: copied on first read
+    ledger = Ledger()
+    res = await run_real_ahead("lazy", ledger)
+    assert [args for _, args, _ in ledger.compensated] == [("[1, 2, 2]",)]
+
+
+def reordered_set() -> set:
+    """A set whose copy iterates in another order than itself (insertion history; a
+    set of str would differ across processes with another hash seed)."""
+    s = set(range(50))
+    for i in range(46):
+        s.discard(i)
+    assert list(set(list(s))) != list(s)
+    return s
+
+
+async def keys_of_dict_from_set(mode: str) -> list:
+    @spectool.tool(speculate="pure")
+    async def keys_of(d: dict) -> list:
+        return list(d)
+
+    gate = StatementGate(2)
+    rt = spectool.Runtime([keys_of], mode=mode, namespace={"s": reordered_set()},
+                          on_event=gate)
+    head = "```repl\nd = {str(k): k for k in s}\nr = keys_of(d)\n"
+    stream = stream_then(head, gate, "```\n") if mode == "spec" else chunks(head + "```\n")
+    return (await rt.run(stream)).namespace["r"]
+
+
+@pytest.mark.anyio
+async def test_dict_built_from_a_set_never_reuses_a_differently_ordered_result(anyio_backend):
+    """spec equals baseline when a dict is built from a set whose shadow copy iterates
+    in another order."""
+    assert await keys_of_dict_from_set("spec") == await keys_of_dict_from_set("baseline")
+
+
+@pytest.mark.anyio
+async def test_negative_control_sorted_dict_keys_and_free_set_order(anyio_backend,
+                                                                   monkeypatch):
+    import spectool.keys as keys
+    import spectool.shadow.calls as calls
+    import spectool.shadow.expressions as expressions
+    monkeypatch.setattr(expressions, "is_unordered", lambda v: False)
+    monkeypatch.setattr(calls, "_guard_raw", lambda *a, **k: None)
+    tree = keys._tree
+
+    def sorted_tree(value, depth):
+        out = tree(value, depth)
+        return ["d", *sorted(out[1:], key=lambda kv: kv[0])] if type(value) is dict else out
+
+    monkeypatch.setattr(keys, "_tree", sorted_tree)
+    assert await keys_of_dict_from_set("spec") != await keys_of_dict_from_set("baseline")

@@ -1,0 +1,305 @@
+"""The shadow's view is never stale (issue 12, part 2): whatever it cannot model exactly
+is unknown, so every call it bets on is a call the real run makes.
+
+Oracle: each program also runs for real (plain ``exec`` with recording tools); every
+argument tuple the shadow launched (statements) or bet on (tail peeks) must be one the
+real run passed. Each case has a negative control: the same program with the defence
+switched off (monkeypatched) must be caught by the same check.
+
+Cases: names bound by ``match`` patterns; aliases of a mutated list (mutation through
+any reference, including a call into code the shadow cannot see); ``str``/``repr`` of
+an iterator; a tail peek whose C callback (``sorted(key=...)``, ``map``) would mutate a
+shared list; order of a set (iteration, ``str``, ``join``, dicts built from it); heap
+addresses and internal names in text; hashes that depend on the hash seed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import spectool.shadow.calls as calls
+import spectool.shadow.expressions as expressions
+import spectool.shadow.interpreter as interpreter
+from shadow_driver import RecordingHost, TOOLS, drive
+from spectool.shadow import Limits, ShadowInterpreter
+from spectool.shadow.calls import CallsMixin
+
+
+class Opaque:
+    """A namespace object the shadow cannot copy; calling ``bump`` mutates a list."""
+
+    def __init__(self, target: list) -> None:
+        self.target = target
+
+    def bump(self) -> None:
+        self.target.append("bumped")
+
+
+def real_calls(source: str, namespace: dict) -> list[tuple]:
+    """Run ``source`` for real; the argument tuples ``llm_query`` received."""
+    seen: list[tuple] = []
+
+    def llm_query(*args):
+        seen.append(args)
+        return f"<{args[0]}>"
+
+    def search(q):
+        return ["hit"]  # truthy: blocks guarded by it run
+
+    exec(compile(source, "<cell>", "exec"), {"llm_query": llm_query, "search": search,
+                                             **namespace})
+    return seen
+
+
+def shadow_bets(statements: list[str], namespace: dict, tail: str | None = None) -> list[tuple]:
+    host = RecordingHost()
+    interp = ShadowInterpreter(namespace, TOOLS, host, Limits())
+    for src in statements:
+        drive(interp, src, host)
+    bets = [args for tool, args, _, _ in host.launches if tool == "llm_query"]
+    if tail is not None:
+        bets += [b.args for b in interp.peek_tail(tail) if b.tool == "llm_query"]
+    return bets
+
+
+def fresh(namespace_factory):
+    return namespace_factory() if namespace_factory else {}
+
+
+CASES = {
+    "match_capture": (
+        ["x = 'before'", "match search('q'):\n    case [x]:\n        pass\n",
+         "llm_query(x)"], None, None),
+    "match_mapping_rest": (
+        ["rest = {}", "match {'k': 1, 'j': 2}:\n    case {'k': 1, **rest} if search('q'):\n"
+         "        pass\n", "llm_query(str(rest))"], None, None),
+    "alias_mutated_in_skipped_block": (
+        ["a = [1]", "b = a", "if search('q'):\n    b.append(2)\n", "llm_query(str(a))"],
+        None, None),
+    "alias_inside_container": (
+        ["a = [1]", "d = {'k': a}", "if search('q'):\n    a.append(2)\n",
+         "llm_query(str(d))"], None, None),
+    "alias_from_namespace_read_later": (
+        ["if search('q'):\n    b.append(2)\n", "llm_query(str(a))"],
+        lambda: (lambda shared: {"a": shared, "b": shared})([1]), None),
+    "mutation_by_unseen_code": (
+        ["obj.bump()", "llm_query(str(items))"],
+        lambda: (lambda items: {"items": items, "obj": Opaque(items)})([1]), None),
+    "str_of_iterator": (
+        ["it = iter([1, 2])", "llm_query(str(it))", "llm_query(f'{it!r}')",
+         "llm_query(str(len(list(it))))"], None, None),
+    "len_and_bool_of_a_generator": (
+        ["g = (x for x in [])", "llm_query(str(bool(g)))"], None, None),
+    "peek_sorted_key_mutates_shared_list": (
+        ["ys = [3, 1, 2]"], None,
+        "z = sorted([5, 4], key=lambda v: ys.append(v) or v)\nllm_query(str(ys))\n"),
+    "peek_map_of_bound_append": (
+        ["ys = [3, 1, 2]"], None, "z = list(map(ys.append, [9]))\nllm_query(str(ys))\n"),
+    "peek_map_of_unbound_append": (
+        ["ys = [3, 1, 2]"], None, "z = list(map(list.append, [ys], [9]))\nllm_query(str(ys))\n"),
+}
+
+
+def _names_only_rebound_by_targets(monkeypatch):
+    """Defence off for match: pattern captures are not written names."""
+    import ast
+
+    from spectool.shadow import analysis
+    original = analysis._facts
+
+    def facts(nodes):
+        written, bound = original(nodes)
+        captured = {n.name for node in nodes for n in ast.walk(node)
+                    if isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name}
+        captured |= {n.rest for node in nodes for n in ast.walk(node)
+                     if isinstance(n, ast.MatchMapping) and n.rest}
+        return written - captured, bound - captured
+
+    monkeypatch.setattr(analysis, "_facts", facts)
+
+
+def _no_poison(monkeypatch):
+    monkeypatch.setattr(interpreter, "poison", lambda *a, **k: None)
+    monkeypatch.setattr(calls, "poison", lambda *a, **k: None)
+    monkeypatch.setattr(interpreter.ShadowInterpreter, "_poison_all", lambda self, scope: None)
+
+
+def _no_text_guard(monkeypatch):
+    monkeypatch.setattr(calls, "_guard_raw", lambda *a, **k: None)
+    monkeypatch.setattr(calls, "consumes", lambda raw: True)
+    monkeypatch.setattr(expressions, "text_safe", lambda v: True)
+
+
+def _no_callback_fence(monkeypatch):
+    monkeypatch.setattr(CallsMixin, "_passable_raw", lambda self, func: func.raw)
+
+
+DEFENCES_OFF = {
+    "match_capture": _names_only_rebound_by_targets,
+    "match_mapping_rest": _names_only_rebound_by_targets,
+    "alias_mutated_in_skipped_block": _no_poison,
+    "alias_inside_container": _no_poison,
+    "alias_from_namespace_read_later": _no_poison,
+    "mutation_by_unseen_code": _no_poison,
+    "str_of_iterator": _no_text_guard,
+    "len_and_bool_of_a_generator": _no_text_guard,
+    "peek_sorted_key_mutates_shared_list": _no_poison,
+    "peek_map_of_bound_append": _no_callback_fence,
+    "peek_map_of_unbound_append": _no_callback_fence,
+}
+
+
+def check(case: str) -> tuple[list, list]:
+    statements, factory, tail = CASES[case]
+    source = "".join(s if s.endswith("\n") else s + "\n" for s in statements) + (tail or "")
+    real = real_calls(source, fresh(factory))
+    bets = shadow_bets(statements, fresh(factory), tail)
+    return bets, real
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_bet_is_a_call_the_real_run_makes(case):
+    bets, real = check(case)
+    stale = [b for b in bets if b not in real]
+    assert stale == [], f"stale bets {stale}; the real run called {real}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_negative_control_defence_off_bets_on_a_stale_view(case, monkeypatch):
+    DEFENCES_OFF[case](monkeypatch)
+    bets, real = check(case)
+    assert [b for b in bets if b not in real], f"not caught: bets {bets}, real {real}"
+
+
+# ------------------------------------------------------------ heap addresses, names
+
+LEAKS = ("0x", "<", "SafeFunc", "Unknown", "Pending", "ShadowFunction", "ModuleProxy",
+         "ToolRef")
+TEXT_PROGRAMS = [
+    "llm_query(str(object()))",
+    "llm_query(repr(len))",
+    "llm_query(str(type(1)))",
+    "def f():\n    pass\nllm_query(str(f))\n",
+    "llm_query(f'{(lambda: 0)}')",
+    "import math\nllm_query(str(math))",
+    "llm_query('%s' % (iter([]),))",
+    "llm_query('{}'.format(map))",
+    "llm_query(format(zip()))",
+    "llm_query(str([iter([1])]))",
+    "llm_query(str(hash('seeded per process')))",
+    "llm_query(str(hash(('a', 1))))",
+    "def f():\n    pass\nllm_query(type(f).__name__)\n",
+    "llm_query(str(sorted))",
+]
+
+
+@pytest.mark.parametrize("program", TEXT_PROGRAMS)
+def test_no_address_internal_name_or_seeded_hash_reaches_a_tool(program):
+    bets = shadow_bets([program], {})
+    assert bets == [], bets
+
+
+def test_negative_control_text_guard_off_leaks(monkeypatch):
+    _no_text_guard(monkeypatch)
+    leaked = [b for p in TEXT_PROGRAMS for b in shadow_bets([p], {})]
+    assert any(any(leak in str(b) for leak in LEAKS) for b in leaked)
+
+
+def test_text_of_plain_data_is_still_known():
+    bets = shadow_bets(["d = {'a': [1, (2, 3)], 'b': None}", "llm_query(str(d))",
+                        "llm_query(f'{d!r} {1.5:.2f} {[1, 2]}')", "llm_query('%s-%d' % ('x', 3))",
+                        "llm_query(str(hash(7)) + str({1}))"], {})
+    assert bets == [("{'a': [1, (2, 3)], 'b': None}",),
+                    ("{'a': [1, (2, 3)], 'b': None} 1.50 [1, 2]",), ("x-3",), ("7{1}",)]
+
+
+# --------------------------------------------------------------------- set order
+
+SET_PROGRAMS = [
+    "llm_query(','.join(s))",
+    "llm_query(str(s))",
+    "llm_query(str(list(s)))",
+    "llm_query(str([x for x in s]))",
+    "llm_query(str({x: 1 for x in s}))",
+    "llm_query(str(dict.fromkeys(s)))",
+    "llm_query(str(next(iter(s))))",
+    "llm_query(str(s.pop()))",
+    "t = []\nfor x in s:\n    t.append(x)\nllm_query(str(t))\n",
+    "llm_query(str([*s]))",
+    "llm_query(str(sorted(s, key=len)))",
+    "llm_query(str(max(s, key=len)))",
+    "llm_query(str(sum({0.1, 0.2, 0.3, 1e16})))",
+]
+
+
+def _reordered_set() -> set:
+    """A set whose copy iterates in another order than the set itself (insertion
+    history, as a set of str would across processes with another hash seed)."""
+    s = set(range(50))
+    for i in range(46):
+        s.discard(i)
+    assert list(set(list(s))) != list(s)
+    return s
+
+
+@pytest.mark.parametrize("program", SET_PROGRAMS)
+def test_set_order_never_reaches_a_tool(program):
+    assert shadow_bets([program], {"s": {"a", "b", "c", "dd"}}) == []
+
+
+def test_order_free_uses_of_a_set_stay_known():
+    bets = shadow_bets(["llm_query(str(sorted(s)))", "llm_query(str(len(s)))",
+                        "llm_query(str(sorted(s | {'e'})))", "llm_query(str('a' in s))",
+                        "llm_query(str(max(s)))", "llm_query(str(sum({1, 2, 3})))"],
+                       {"s": {"a", "b", "c"}})
+    assert bets == [("['a', 'b', 'c']",), ("3",), ("['a', 'b', 'c', 'e']",), ("True",),
+                    ("c",), ("6",)]
+
+
+def test_negative_control_set_order_reaches_tools_without_the_guard(monkeypatch):
+    _no_text_guard(monkeypatch)
+    monkeypatch.setattr(expressions, "is_unordered", lambda v: False)
+    s = _reordered_set()
+    real = real_calls("llm_query(str([x for x in s]))\n", {"s": s})
+    bets = shadow_bets(["llm_query(str([x for x in s]))"], {"s": s})
+    assert bets and bets != real
+
+
+# ------------------------------------------------------------------- import fence
+
+FENCED = [
+    ("idna", "e = 'x'.encode('idna')\nllm_query(str(e))"),
+    ("punycode", "e = b'abc'.decode('punycode')\nllm_query(e)"),
+    ("utf_7", "e = bytes('abc', 'utf_7')\nllm_query(str(e))"),
+    ("cp1252", "e = str(b'abc', encoding='cp1252')\nllm_query(e)"),
+]
+
+
+@pytest.mark.parametrize("name,program", FENCED, ids=[n for n, _ in FENCED])
+def test_codec_lookups_outside_the_allow_list_are_declined(name, program):
+    before = set(sys.modules)
+    assert shadow_bets([program], {}) == []
+    assert set(sys.modules) - before == set()
+
+
+def test_lazily_imported_helpers_are_imported_with_the_shadow():
+    before = set(sys.modules)
+    bets = shadow_bets(["import datetime", "d = datetime.datetime.strptime('2020', '%Y')",
+                        "import collections",
+                        "c = collections.Counter('abca').most_common(1)",
+                        "llm_query(str(d) + str(c))", "llm_query('x'.encode('utf-8').decode())"],
+                       {})
+    assert bets == [("2020-01-01 00:00:00[('a', 2)]",), ("x",)]
+    assert set(sys.modules) - before == set()
+
+
+def test_negative_control_import_fence_off_imports(monkeypatch):
+    monkeypatch.setattr(calls, "check_codec", lambda enc: None)
+    import spectool.shadow.builtins as builtins
+    monkeypatch.setattr(builtins, "SAFE_CODECS", builtins.SAFE_CODECS | {"utf_7"})
+    monkeypatch.delitem(sys.modules, "encodings.utf_7", raising=False)
+    before = set(sys.modules)
+    shadow_bets(["e = bytes('abc', 'utf_7')", "f = 'abc'.encode('utf_7')"], {})
+    assert "encodings.utf_7" in set(sys.modules) - before
