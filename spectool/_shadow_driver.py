@@ -1,5 +1,11 @@
 """Drives the sans-I/O shadow interpreter from the runtime's event loop.
 
+Two drivers share :class:`QueueDriver` (the queue and the order of work below):
+``spectool._shadow_process.ProcessShadowDriver`` (the default, ``Runtime(shadow=
+"process")``) runs the interpreter in a worker process behind a message protocol;
+:class:`ShadowDriver` (``shadow="thread"``, documented and tested, not isolated) runs
+it in worker threads of the host process, as described here.
+
 The driver owns a queue of work items fed by the runtime (closed statements, the
 latest open tail, the end of input) and runs them one at a time in one task:
 
@@ -45,7 +51,7 @@ from ._threads import run_in_worker
 from .store import Store
 from .trace import Trace
 
-__all__ = ["ShadowDriver", "tool_infos"]
+__all__ = ["QueueDriver", "ShadowDriver", "tool_infos", "first_of", "written_names", "wanted"]
 
 _END = object()
 
@@ -86,13 +92,13 @@ class _LoopHost:
 
     def lookahead(self, bets: list) -> None:
         """Bets on later loop iterations (``spectool.shadow.lookahead``)."""
-        self._hop(self._store.lookahead_bets, _wanted(bets))
+        self._hop(self._store.lookahead_bets, wanted(bets))
 
     def lookahead_outcome(self, tool_name: str, args: tuple, kwargs: dict, occurrence: int):
         return self._hop(self._store.lookahead_outcome, tool_name, args, kwargs, occurrence)
 
 
-def _wanted(bets: Any) -> list[tuple[str, tuple, dict]]:
+def wanted(bets: Any) -> list[tuple[str, tuple, dict]]:
     out = []
     for bet in bets:
         name = getattr(bet, "tool_name", None) or getattr(bet, "tool", None)
@@ -114,7 +120,12 @@ def _step(gen: Any, value: Any) -> Any:
 _STOP_GRACE_SECONDS = 5.0
 
 
-class ShadowDriver:
+class QueueDriver:
+    """What every shadow driver shares: the queue of work fed by the runtime (closed
+    statements, the newest tail, the end of input), never blocking the feeder.
+    ``spectool._shadow_process.ProcessShadowDriver`` drives a worker process;
+    :class:`ShadowDriver` a worker thread."""
+
     def __init__(self, tools: Mapping[str, Any], store: Store, trace: Trace,
                  limits: Any, namespace: dict[str, Any]) -> None:
         self.tools = tools
@@ -127,8 +138,6 @@ class ShadowDriver:
         self._closed = False
         self.statements_run = 0
         self.failed = False
-        self._host = _LoopHost(store)
-        self._interp: Any = None
 
     # -- fed by the runtime (never blocks) -----------------------------------------
     def feed_statement(self, source: str, tree: Any = None) -> None:
@@ -173,6 +182,17 @@ class ShadowDriver:
             else:
                 tail = payload
         return (tuple(statements), tail) if statements else None
+
+
+class ShadowDriver(QueueDriver):
+    """The in-process shadow (``Runtime(shadow="thread")``): the interpreter runs in
+    worker threads of the host process."""
+
+    def __init__(self, tools: Mapping[str, Any], store: Store, trace: Trace,
+                 limits: Any, namespace: dict[str, Any]) -> None:
+        super().__init__(tools, store, trace, limits, namespace)
+        self._host = _LoopHost(store)
+        self._interp: Any = None
 
     # -- worker threads ------------------------------------------------------------------
     def _stop(self) -> None:
@@ -253,10 +273,10 @@ class ShadowDriver:
             if ahead is not None and ahead != peeked:
                 peeked = ahead
                 if unknown is None:
-                    unknown = _written_names(source, tree)
+                    unknown = written_names(source, tree)
                 bets = await self._in_thread(interp.peek_ahead, list(ahead[0]), ahead[1],
                                              unknown)
-                self.store.lookahead_bets(_wanted(bets), origin="tail")
+                self.store.lookahead_bets(wanted(bets), origin="tail")
                 continue
             looking = lookahead.active(interp)
             if looking and self.store.finished_count != seen:
@@ -266,7 +286,7 @@ class ShadowDriver:
             events = [done, self._arrived]
             if looking:
                 events.append(self.store.finished_signal())
-            await _first_of(events)
+            await first_of(events)
             if self._arrived.is_set() and not self._closed:
                 self._arrived = anyio.Event()   # the queue is re-read above
 
@@ -274,10 +294,10 @@ class ShadowDriver:
         if not tail.strip():
             self.store.withdraw_bets()
             return
-        self.store.sync_bets(_wanted(await self._in_thread(interp.peek_tail, tail)))
+        self.store.sync_bets(wanted(await self._in_thread(interp.peek_tail, tail)))
 
 
-def _written_names(source: str, tree: Any) -> frozenset[str]:
+def written_names(source: str, tree: Any) -> frozenset[str]:
     """Names a statement may rebind or mutate (``shadow.analysis.written_names``)."""
     import ast
 
@@ -290,7 +310,7 @@ def _written_names(source: str, tree: Any) -> frozenset[str]:
     return analysis.written_names(tree.body)
 
 
-async def _first_of(events: list[Any]) -> None:
+async def first_of(events: list[Any]) -> None:
     """Return once any of the events is set."""
     if any(e.is_set() for e in events):
         return

@@ -26,6 +26,7 @@ execution: later cells do not run. ``TurnResult.error`` is that error.
 
 from __future__ import annotations
 
+import os
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterable, Iterable, Literal
@@ -45,6 +46,7 @@ __all__ = ["Runtime", "TurnResult", "CellResult"]
 
 Mode = Literal["baseline", "lazy", "spec"]
 _MODES = ("baseline", "lazy", "spec")
+_SHADOWS = ("process", "thread")
 
 
 @dataclass
@@ -80,6 +82,11 @@ class Runtime:
     max_output_bytes: default output cap for tools without their own.
     shadow_limits (alias ``limits``): a ``spectool.shadow.Limits`` for the shadow.
     worker_limits: a ``spectool.WorkerLimits`` for the subprocess executor.
+    shadow: where the shadow interpreter runs: ``"process"`` (default; a worker process
+    leased from ``shadow_pool``, isolated from the host by hard limits) or ``"thread"``
+    (worker threads of this process; not isolated). Default: ``$SPECTOOL_SHADOW`` or
+    ``"process"``.
+    shadow_pool: a ``spectool.ShadowPool`` (default: the process-wide pool).
     on_event: called synchronously with every trace ``Event`` as it happens (progress
     displays, tests); it must not block.
     admission: ``True`` (default: a speculation is launched only when its expected
@@ -93,7 +100,8 @@ class Runtime:
                  max_arg_bytes_in_flight: int = 4 << 20, max_output_bytes: int | None = None,
                  shadow_limits: Any = None, languages: tuple[str, ...] = ("repl", "python"),
                  worker_limits: Any = None, on_event: Any = None, limits: Any = None,
-                 admission: Any = True) -> None:
+                 admission: Any = True, shadow: str | None = None,
+                 shadow_pool: Any = None) -> None:
         if limits is not None:
             if shadow_limits is not None:
                 raise ValueError("pass limits or shadow_limits, not both")
@@ -124,10 +132,19 @@ class Runtime:
         elif not isinstance(admission, Admission):
             raise TypeError("admission must be True, False or a spectool.admission.Admission")
         self.admission: Admission = admission
+        if shadow is None:
+            shadow = os.environ.get("SPECTOOL_SHADOW") or "process"
+        if shadow not in _SHADOWS:
+            raise ValueError(f"shadow must be one of {_SHADOWS}, not {shadow!r}")
+        self.shadow = shadow
+        self.shadow_pool = shadow_pool
         if mode != "baseline":
             # import the shadow now, not inside the first turn's worker thread (where its
             # import time would delay the first speculations)
-            from . import _shadow_driver, shadow  # noqa: F401
+            from . import _shadow_driver, shadow as _shadow  # noqa: F401
+            if shadow == "process" and self.shadow_pool is None:
+                from .shadow_pool import default_pool
+                self.shadow_pool = default_pool()   # warm workers start now
         self.max_dispatches_per_turn = max_dispatches_per_turn
         self.max_output_bytes = max_output_bytes
         self.shadow_limits = shadow_limits
@@ -217,9 +234,15 @@ class _Turn:
             shadow_scope = anyio.CancelScope()
             if rt.mode != "baseline":
                 from ._shadow_driver import ShadowDriver
+                from ._shadow_process import ProcessShadowDriver
                 variables = rt.executor.variables()
-                self.shadow = ShadowDriver(rt.tools, store, self.trace, rt.shadow_limits,
-                                           _snapshot(variables, rt.shadow_limits))
+                snapshot = _snapshot(variables, rt.shadow_limits)
+                if rt.shadow == "process":
+                    self.shadow = ProcessShadowDriver(rt.tools, store, self.trace,
+                                                      rt.shadow_limits, snapshot, rt.shadow_pool)
+                else:
+                    self.shadow = ShadowDriver(rt.tools, store, self.trace, rt.shadow_limits,
+                                               snapshot)
                 for name, (source, tree, obj) in list(rt._defs.items()):
                     if variables.get(name) is obj:
                         self.shadow.feed_statement(source, tree)

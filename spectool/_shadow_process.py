@@ -1,0 +1,329 @@
+"""Drives a shadow worker process from the runtime's event loop (``shadow="process"``).
+
+The work order is the thread driver's (:mod:`spectool._shadow_driver`: statements in
+order, only the newest tail, lookahead and peek ahead while a statement waits); the
+interpreter runs in a leased worker of a :class:`~spectool.shadow_pool.ShadowPool`
+and every step is a command of :mod:`spectool.shadow_protocol`:
+
+* the namespace: at *feed* time (while the message streams, before the real run can
+  change anything) every REPL variable the fed text names is copied with the
+  shadow's own ``PlainCopier`` (plain data by exact type, no user code; anything else
+  becomes ``Unknown``) and sent as ``("names", ...)`` ahead of the next command.
+  Aliasing between names sent together is kept (one pickle); a name sharing a
+  container with a name sent in an earlier message would be a stale alias in the
+  worker, so it is sent as ``Unknown``.
+* requests from the worker (``launch``, ``observe``, ``lookahead_outcome``) are served
+  by the store on the loop and answered; results and errors go back as plain copies
+  (exceptions sanitised to builtin classes, as the interpreter does itself).
+* every read is asynchronous and every reply is decoded by the bounded plain-data
+  decoder (``shadow_protocol.decode_reply``); nothing from the worker is unpickled.
+
+Failure is contained to a missed speed-up: a worker that dies (crash, RLIMIT_AS,
+RLIMIT_CPU), sends a malformed or out-of-step message, or is still busy when the turn
+ends is killed (its pool starts a replacement); the turn goes on without speculation,
+and the real run, which never waits for the shadow, produces baseline's results. When
+every worker is leased the turn runs without speculation at once (trace event
+``shadow_unavailable``). No worker is left in an unknown state after its turn.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import unicodedata
+from typing import Any, Mapping
+
+import anyio
+import anyio.lowlevel
+
+from . import shadow_protocol as proto
+from ._shadow_driver import _END, QueueDriver, first_of, written_names
+from .shadow_pool import ShadowPool, WorkerDied, WorkerProcess
+from .store import Store
+from .trace import Trace
+
+__all__ = ["ProcessShadowDriver"]
+
+_IDENT = re.compile(r"[^\W\d]\w*")
+# How long a turn that ends while its worker computes waits for the interrupt to take
+# effect (the interpreter checks every few thousand steps) before killing the worker.
+STOP_GRACE_SECONDS = 0.25
+
+
+class _SharedEarlier(Exception):
+    """The value reaches a container already sent in an earlier message."""
+
+
+def _turn_copier(max_items: int) -> Any:
+    from .shadow.copying import PlainCopier
+
+    class TurnCopier(PlainCopier):
+        """``PlainCopier`` that refuses containers copied into an earlier message."""
+
+        def __init__(self) -> None:
+            super().__init__(max_items)
+            self.sealed: set[int] = set()
+
+        def copy(self, value: object) -> object:
+            if id(value) in self.sealed:
+                raise _SharedEarlier
+            return super().copy(value)
+
+        def copy_name(self, value: object) -> object:
+            from .shadow import LimitExceeded, Unknown
+            before = set(self.memo)
+            try:
+                return self.copy(value)
+            except (LimitExceeded, _SharedEarlier, RecursionError) as exc:
+                for key in [k for k in self.memo if k not in before]:
+                    del self.memo[key]   # no half-made copy may be reused
+                return Unknown("namespace value too large" if isinstance(exc, LimitExceeded)
+                               else "shares data with a name sent earlier")
+
+        def seal(self) -> None:
+            self.sealed.update(self.memo)
+
+    return TurnCopier()
+
+
+def plain_outcome(outcome: Any, max_items: int) -> tuple[object, BaseException | None]:
+    """``(value, error)`` of a store outcome, safe to pickle: the value copied as plain
+    data (else Unknown), the error as a builtin exception with plain arguments."""
+    from .shadow import LimitExceeded, Unknown
+    from .shadow.copying import PlainCopier
+    from .shadow.internals import _sanitize_exception
+    if outcome.error is not None:
+        return None, _sanitize_exception(outcome.error, PlainCopier(max_items))
+    try:
+        return PlainCopier(max_items).copy(outcome.value), None
+    except (LimitExceeded, RecursionError):
+        return Unknown("tool result too large"), None
+
+
+class _Failed(Exception):
+    """The shadow stops for this turn (the reason is in the trace)."""
+
+
+class ProcessShadowDriver(QueueDriver):
+    def __init__(self, tools: Mapping[str, Any], store: Store, trace: Trace,
+                 limits: Any, namespace: dict[str, Any], pool: ShadowPool) -> None:
+        super().__init__(tools, store, trace, limits, namespace)
+        from .shadow import Limits
+        self.pool = pool
+        self._max_items = (limits or Limits()).max_namespace_items
+        self._copier = _turn_copier(self._max_items)
+        self._sent: set[str] = set()
+        self._names_out: dict[str, object] = {}
+        self._handles: list[Any] = []
+        self._worker: WorkerProcess | None = None
+        # "rest": nothing outstanding; "sending": a frame half sent; "awaiting": a final
+        # reply outstanding; "broken": crashed or out of step
+        self._phase = "rest"
+
+    # -- fed by the runtime: snapshot the names the text mentions, now ---------------
+    def feed_statement(self, source: str, tree: Any = None) -> None:
+        self._snapshot_names(source)
+        super().feed_statement(source, tree)
+
+    def feed_tail(self, tail: str) -> None:
+        self._snapshot_names(tail)
+        super().feed_tail(tail)
+
+    def _snapshot_names(self, text: str) -> None:
+        if self._closed:
+            return
+        ns = self.namespace
+        for token in set(_IDENT.findall(text)):
+            # the parser normalises identifiers to NFKC (PEP 3131)
+            name = token if token.isascii() else unicodedata.normalize("NFKC", token)
+            if name in self._sent or name not in ns or name.startswith("__"):
+                continue
+            self._sent.add(name)
+            self._names_out[name] = self._copier.copy_name(ns[name])
+
+    # -- the shadow task ----------------------------------------------------------------
+    async def run(self) -> None:
+        worker = self.pool.lease()
+        if worker is None:
+            self.failed = True
+            self.trace.add("shadow_unavailable", reason="every shadow worker is leased")
+            return
+        self._worker = worker
+        self.trace.add("shadow_worker", pid=worker.pid)
+        try:
+            await self._serve()
+        except _Failed:
+            self.failed = True
+        except WorkerDied as exc:
+            self.failed = True
+            self._phase = "broken"
+            self.trace.add("shadow_crashed", pid=worker.pid, error=str(exc),
+                           exit=worker.describe_exit())
+        except proto.ProtocolError as exc:
+            self.failed = True
+            self._phase = "broken"
+            self.trace.add("shadow_error", where="protocol", error=str(exc))
+        except anyio.get_cancelled_exc_class():
+            if self._phase == "awaiting":
+                with anyio.CancelScope(shield=True):
+                    await self._drain(worker)
+            raise
+        finally:
+            self._release(worker)
+
+    async def _drain(self, worker: WorkerProcess) -> None:
+        """The turn ended while the worker computes: interrupt it (SIGUSR1 -> the
+        interpreter's ``interrupt()``), decline its requests, and wait at most
+        ``STOP_GRACE_SECONDS`` for its final reply; past that it stays busy (killed)."""
+        try:
+            os.kill(worker.pid, signal.SIGUSR1)
+        except OSError:
+            return
+        with anyio.move_on_after(STOP_GRACE_SECONDS):
+            try:
+                while True:
+                    reply = proto.parse_reply(proto.decode_reply(await worker.read_frame()))
+                    if proto.is_final(reply):
+                        self._phase = "rest"
+                        return
+                    if proto.is_request(reply):
+                        self._phase = "sending"
+                        await worker.send(proto.encode_command(("reply", None)))
+                        self._phase = "awaiting"
+            except (WorkerDied, proto.ProtocolError):
+                self._phase = "broken"
+
+    def _release(self, worker: WorkerProcess) -> None:
+        """Back to the pool if at rest (and told to drop its interpreter), else killed."""
+        try:
+            self.store.withdraw_bets()
+        finally:
+            rest = (self._phase == "rest"
+                    and worker.send_nowait(proto.encode_command(("end",))))
+            self._worker = None
+            self.pool.release(worker, reusable=rest)
+
+    async def _serve(self) -> None:
+        from ._shadow_driver import tool_infos
+        infos = tool_infos(self.tools)
+        tools = tuple((i.name, i.speculate, i.batched_of) for i in infos.values())
+        await self._send(("begin", tools, self.limits,
+                          self.pool.limits.cpu_seconds_per_turn))
+        while (item := await self._next()) is not _END:
+            if self.failed:
+                continue
+            kind, payload = item
+            if kind == "statement":
+                await self._statement(*payload)
+            elif not self._queue:          # only the newest tail matters
+                await self._tail(payload)
+            await anyio.lowlevel.checkpoint()
+
+    # -- commands ---------------------------------------------------------------------------
+    async def _send(self, msg: tuple) -> None:
+        assert self._worker is not None
+        self._phase = "sending"
+        if self._names_out:
+            names, self._names_out = self._names_out, {}
+            self._copier.seal()
+            await self._worker.send(proto.encode_command(("names", names)))
+        await self._worker.send(proto.encode_command(msg))
+        self._phase = "rest"
+
+    async def _command(self, msg: tuple, finals: tuple[str, ...]) -> tuple:
+        """Send a command; serve the worker's requests until its final reply."""
+        await self._send(msg)
+        worker = self._worker
+        assert worker is not None
+        self._phase = "awaiting"
+        while True:
+            reply = proto.parse_reply(proto.decode_reply(await worker.read_frame()))
+            kind = reply[0]
+            if kind in finals:
+                self._phase = "rest"
+                return reply
+            if kind == "error":
+                self._phase = "rest"
+                self.trace.add("shadow_error", where=msg[0], error=reply[1])
+                raise _Failed
+            if kind == "lookahead":
+                self.store.lookahead_bets(reply[1])
+            elif proto.is_request(reply):
+                answer = proto.encode_command(("reply", self._answer(reply)))
+                self._phase = "sending"
+                await worker.send(answer)
+                self._phase = "awaiting"
+            else:
+                raise proto.ProtocolError(f"{kind!r} out of step after {msg[0]!r}")
+
+    def _answer(self, req: tuple) -> object:
+        kind = req[0]
+        if kind == "lookahead_outcome":
+            got = self.store.lookahead_outcome(*req[1:])
+            return None if got is None else plain_outcome(got, self._max_items)
+        if kind == "launch":
+            name, args, kwargs, origin = req[1:]
+            handle = self.store.launch(name, args, kwargs, origin=origin)
+        else:
+            handle = self.store.observe(*req[1:])
+        if handle is None:
+            return None
+        self._handles.append(handle)
+        return len(self._handles) - 1
+
+    def _handle(self, hid: int) -> Any:
+        if not 0 <= hid < len(self._handles):
+            raise proto.ProtocolError("wait on an unknown handle")
+        return self._handles[hid]
+
+    async def _statement(self, source: str, tree: Any) -> None:
+        seen = self.store.finished_count
+        reply = await self._command(("statement", source), ("wait", "done"))
+        while reply[0] == "wait":
+            entry = self._handle(reply[1])
+            await self._blocked(entry, reply[2], seen, source, tree)
+            got = await self.store.outcome(entry)
+            seen = self.store.finished_count
+            reply = await self._command(("resume", *plain_outcome(got, self._max_items)),
+                                        ("wait", "done"))
+        self.store.withdraw_lookahead_bets()
+        self.statements_run += 1
+        self.trace.add("shadow_statement", n=self.statements_run)
+
+    async def _blocked(self, entry: Any, looking: bool, seen: int, source: str,
+                       tree: Any) -> None:
+        """While the statement waits: peek ahead when the queue changes, look ahead
+        again when a speculation finishes (as ``ShadowDriver._blocked``)."""
+        done = getattr(entry, "done", None)
+        if done is None:
+            return
+        peeked: Any = None
+        unknown: frozenset[str] | None = None
+        while not done.is_set():
+            ahead = self._queued_ahead()
+            if ahead is not None and ahead != peeked:
+                peeked = ahead
+                if unknown is None:
+                    unknown = written_names(source, tree)
+                reply = await self._command(("ahead", ahead[0], ahead[1], unknown), ("bets",))
+                self.store.lookahead_bets(reply[1], origin="tail")
+                continue
+            if looking and self.store.finished_count != seen:
+                seen = self.store.finished_count
+                looking = (await self._command(("refresh",), ("looking",)))[1]
+                continue
+            events = [done, self._arrived]
+            if looking:
+                events.append(self.store.finished_signal())
+            await first_of(events)
+            if self._arrived.is_set() and not self._closed:
+                self._arrived = anyio.Event()
+
+    async def _tail(self, tail: str) -> None:
+        if not tail.strip():
+            self.store.withdraw_bets()
+            return
+        bets = (await self._command(("tail", tail), ("bets",)))[1]
+        if not self._queue:     # else a statement closed meanwhile: the peek is stale
+            self.store.sync_bets(bets)
