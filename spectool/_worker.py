@@ -258,15 +258,22 @@ class _Worker:
                 blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:
                 blob = None
-            try:
-                text = repr(value)
-            except Exception:
-                text = f"<{type(value).__name__}>"
-            if len(text) > 1000:
-                text = text[:997] + "..."
+            text = _short_repr(value)
             changed[name] = (blob, type(value).__qualname__, text)
             self.sent[name] = mark
         return changed, deleted
+
+
+def _short_repr(value) -> str:
+    """A bounded repr (reprlib: a shared-reference bomb must not take forever here)."""
+    import reprlib
+    short = reprlib.Repr()
+    short.maxlevel, short.maxother, short.maxstring = 6, 1000, 1000
+    try:
+        text = short.repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 1000 else text[:997] + "..."
 
 
 def _text_stream(fd: int):

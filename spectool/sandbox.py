@@ -118,24 +118,26 @@ class SandboxPlan:
             found |= {pid for pid, (_, uid, _s) in table.items() if uid == self.uid}
         return {pid for pid in found if pid in table and table[pid][2] != "Z"}
 
-    def kill_strays(self, root_pid: int, keep: Iterable[int]) -> int:
-        """SIGKILL every process of the sandbox but ``keep``; returns how many were hit.
+    def kill_round(self, root_pid: int, keep: Iterable[int]) -> int:
+        """SIGKILL every live process of the sandbox but ``keep``; returns how many.
 
-        Repeats until none is left (a process may fork while the sweep runs; the
-        process limit bounds how often)."""
-        keep = set(keep)
-        hit = 0
-        for _ in range(50):
-            victims = self.processes(root_pid) - keep
-            if not victims:
-                break
-            for pid in victims:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    hit += 1
-                except (ProcessLookupError, PermissionError):
-                    pass
-        return hit
+        Call again until it returns 0: a process may fork while the sweep runs (the
+        process limit bounds how often), and a killed one lingers until it exits."""
+        victims = self.processes(root_pid) - set(keep)
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return len(victims)
+
+    def kill_strays(self, root_pid: int, keep: Iterable[int]) -> None:
+        """kill_round until nothing is left (at most about a second)."""
+        import time
+        for attempt in range(500):
+            if not self.kill_round(root_pid, keep):
+                return
+            time.sleep(0.002 if attempt else 0)
 
     def cpu_seconds(self, root_pid: int) -> float:
         """CPU time used by the sandbox's live processes and the children they reaped."""
@@ -280,7 +282,8 @@ def _make_cgroups(plan: SandboxPlan, memory_bytes: int | None, max_processes: in
     """Create the worker's cgroup(s) (host is root); leave the plan untouched if none works."""
     _CGROUP_COUNTER[0] += 1
     name = f"spectool-{os.getpid()}-{_CGROUP_COUNTER[0]}-{random.randrange(1 << 30):x}"
-    max_pids = max_processes + _BWRAP_OWN_PROCESSES + 1
+    # the worker (+ bwrap's two processes) and the cell's own; threads count too
+    max_pids = max_processes + (_BWRAP_OWN_PROCESSES if plan.mode == "bwrap" else 1)
     v2 = _cgroup_v2_parent()
     if v2 is not None:
         path = os.path.join(v2, name)

@@ -282,7 +282,7 @@ class SubprocessExecutor:
             finished = True
             if failure is not None:
                 return CellOutcome(output.text(), await self._crashed(failure), True)
-            self._end_of_turn()
+            await self._end_of_turn()
             return CellOutcome(output.text(), outcome[0], outcome[1])
         finally:
             if not finished:  # cancelled (or an unexpected error): the worker dies with the turn
@@ -324,10 +324,16 @@ class SubprocessExecutor:
                 _kill_quietly(proc)
                 return
 
-    def _end_of_turn(self) -> None:
-        """Kill every process of the sandbox but the worker (and bwrap's own two)."""
-        if self._plan is not None and self._plan.mode != "none" and self._proc is not None:
-            self._plan.kill_strays(self._proc.pid, self._keep)
+    async def _end_of_turn(self) -> None:
+        """Kill every process of the sandbox but the worker (and bwrap's own two), and
+        wait (up to about a second) until they are gone."""
+        plan, proc = self._plan, self._proc
+        if plan is None or plan.mode == "none" or proc is None:
+            return
+        for attempt in range(500):
+            if not plan.kill_round(proc.pid, self._keep):
+                return
+            await anyio.sleep(0.002 if attempt else 0)
 
     async def _reply(self, cid: int, name: str, args: Any, kwargs: Any,
                      call_tool: ToolCaller) -> None:
@@ -369,6 +375,8 @@ class SubprocessExecutor:
         proc = self._proc
         self._mode_was = self.sandbox_mode
         code = None
+        if proc is not None and isinstance(exc, _Violation):
+            _kill_quietly(proc)          # alive but out of step: stop it now
         if proc is not None:
             with anyio.move_on_after(2):
                 code = await proc.wait()
@@ -402,7 +410,7 @@ class SubprocessExecutor:
     async def _receive(self) -> Any:
         assert self._reader is not None
         header = await self._reader.receive_exactly(wire.HEADER.size)
-        magic, seq, nonce, n = wire.HEADER.unpack(header)
+        magic, _, _, n = wire.HEADER.unpack(header)
         if magic != wire.MAGIC:
             raise _Violation("a frame without the protocol's magic")
         if n > self.limits.max_message_bytes:
@@ -410,14 +418,19 @@ class SubprocessExecutor:
                              f"{self.limits.max_message_bytes}")
         payload = await self._reader.receive_exactly(n)
         tag = await self._reader.receive_exactly(wire.MAC_SIZE)
+        self._check_frame(header, payload, tag)
+        self._seq_in += 1
+        return safe_loads(payload)
+
+    def _check_frame(self, header: bytes, payload: bytes, tag: bytes) -> None:
+        """The frame is the next one of this turn and carries the worker's MAC."""
+        _, seq, nonce, _ = wire.HEADER.unpack(header)
         if seq != self._seq_in:
             raise _Violation(f"frame number {seq}, expected {self._seq_in}")
         if nonce != self._nonce:
             raise _Violation("a frame of another turn")
         if not hmac.compare_digest(tag, wire.mac(self._key, header, payload)):
             raise _Violation("a frame failed its MAC")
-        self._seq_in += 1
-        return safe_loads(payload)
 
     async def _kill(self) -> None:
         proc, self._proc, self._reader, self._output = self._proc, None, None, None
