@@ -1,41 +1,85 @@
 """The subprocess worker: runs cells in a persistent namespace in its own process.
 
-Started by :mod:`spectool.subprocess_executor` as ``python -I <this file>``; imports
-only the standard library. Protocol: frames of a 4-byte big-endian length and a
-pickle, on private copies of fds 0 and 1 (the cell's own stdin is /dev/null and its
-fd 1 goes to stderr, so nothing the cell writes can corrupt the channel).
+Started by :mod:`spectool.subprocess_executor` as ``python -I <this file> [--launch
+<plan>]``; imports only the standard library (and ``spectool.errors`` when it can, so
+tool errors pickle back as themselves).
+
+**Launch** (``--launch``, see :mod:`spectool.sandbox`): before any cell code exists
+in the process, join the cgroups, set ``RLIMIT_AS``/``RLIMIT_NPROC``/``RLIMIT_CORE``,
+drop to the plan's uid with no supplementary groups, and either ``exec`` bubblewrap
+(which starts this file again inside the cell) or go on as the worker in the
+fallback scratch dir. Paths a dropped uid cannot traverse (an interpreter under
+``/root``) are opened first and reached through ``/proc/self/fd`` (fallback) or bound
+with ``--ro-bind-fd`` (bwrap).
+
+**Channel.** Frames on private copies of fds 0 and 1 (the cell's fd 0 is /dev/null,
+its fds 1 and 2 go to the output pipe)::
+
+    magic b"SPT1" | seq: u64 | nonce: 16 bytes | length: u32 | pickle | HMAC-SHA256
+
+Each direction numbers its frames from 0; the host checks the sequence number, the
+turn's nonce and the MAC of every frame from the worker (the ``init`` frame that
+carries the MAC key is the only unauthenticated one, sent before any cell runs), and
+the worker checks the host's frames the same way, exiting with status 70 on a bad
+one. A cell can write to these fds (it shares the process), but whatever it writes
+shifts the stream: the worker's next genuine frame then repeats a sequence number or
+fails its MAC, and the host stops the worker with a protocol error instead of
+reading later turns out of step.
 
 parent -> worker::
 
-    ("init", limits: dict, variables: dict)
-    ("exec", source: str, tool_names: list[str])
-    ("reply", call_id: int, ok: bool, payload)     # payload: value, or the exception
+    ("init", key: bytes, limits: dict, variables: dict)          # unauthenticated
+    ("exec", source: str, tool_names: list[str])                 # nonce: the turn's
+    ("reply", call_id: int, ok: bool, payload)
     ("reply_error", call_id: int, type_name: str, message: str)
 
-worker -> parent (the parent unpickles these with an allow-list)::
+worker -> parent (unpickled by the host with an allow-list and size bounds)::
 
-    ("ready",)
+    ("ready", pid)
     ("call", call_id, tool_name, args, kwargs)
-    ("done", stdout: str, ran: bool, error: ("pickle", type, msg, bytes) | ("text", type, msg) | None,
+    ("done", ran: bool, error: ("pickle", type, msg, bytes) | ("text", type, msg) | None,
      changed: dict[name, (bytes | None, type_name, repr)], deleted: list[name])
 
-Resource limits (``resource``): RLIMIT_AS for memory (set once); RLIMIT_CPU with the
-soft limit moved to "used so far + per-cell seconds" before every cell, so a cell
-that burns its CPU budget gets SIGXCPU and the worker dies (the parent reports
-``WorkerCrashedError`` and starts a fresh worker).
+**Output** is captured at the file-descriptor level: fds 1 and 2 of the worker are a
+pipe the host reads and caps, so ``print``, ``sys.stdout.write``, ``os.write(1, ...)``
+and child processes all count against the cap. The worker writes a begin and an end
+marker with the turn's nonce around each cell (on its own copy of the pipe, after
+putting fds 1 and 2 back in case the cell moved them).
 """
 
 from __future__ import annotations
 
 import builtins
+import hashlib
+import hmac
 import io
+import json
 import os
 import pickle
 import struct
 import sys
 
-_HEADER = struct.Struct(">I")
+HEADER = struct.Struct(">4sQ16sI")
+MAGIC = b"SPT1"
+MAC_SIZE = 32
+NO_NONCE = bytes(16)
+PROTOCOL_EXIT = 70          # the worker's exit status after a bad frame from the host
 _IMMUTABLE = (str, bytes, int, float, bool, type(None), complex)
+
+
+def mac(key: bytes, header: bytes, payload: bytes) -> bytes:
+    return hmac.new(key, header + payload, hashlib.sha256).digest()
+
+
+def frame(key: bytes | None, seq: int, nonce: bytes, payload: bytes) -> bytes:
+    """One frame; ``key=None`` only for the unauthenticated init frame (zero MAC)."""
+    header = HEADER.pack(MAGIC, seq, nonce, len(payload))
+    tag = mac(key, header, payload) if key is not None else bytes(MAC_SIZE)
+    return header + payload + tag
+
+
+def marker(nonce: bytes, which: str) -> bytes:
+    return b"\x00\x1bspectool-" + nonce.hex().encode() + b"-" + which.encode() + b"\x00"
 
 
 class RemoteToolError(Exception):
@@ -55,10 +99,18 @@ def _remote_tool_error() -> type:
     return cls
 
 
+class ProtocolViolation(Exception):
+    pass
+
+
 class _Channel:
     def __init__(self, fd_in: int, fd_out: int) -> None:
         self._in = os.fdopen(fd_in, "rb", buffering=0)
         self._out = os.fdopen(fd_out, "wb", buffering=0)
+        self.key: bytes | None = None
+        self.nonce = NO_NONCE
+        self.seq_in = 0
+        self.seq_out = 0
 
     def _read_exactly(self, n: int) -> bytes:
         chunks = []
@@ -70,13 +122,27 @@ class _Channel:
             n -= len(chunk)
         return b"".join(chunks)
 
-    def receive(self):
-        (n,) = _HEADER.unpack(self._read_exactly(_HEADER.size))
-        return pickle.loads(self._read_exactly(n))
+    def receive(self, *, new_nonce: bool = False):
+        header = self._read_exactly(HEADER.size)
+        magic, seq, nonce, n = HEADER.unpack(header)
+        payload = self._read_exactly(n)
+        tag = self._read_exactly(MAC_SIZE)
+        if magic != MAGIC or seq != self.seq_in:
+            raise ProtocolViolation(f"frame {seq} from the host, expected {self.seq_in}")
+        if self.key is not None and not hmac.compare_digest(tag, mac(self.key, header, payload)):
+            raise ProtocolViolation("a frame from the host failed its MAC")
+        if not new_nonce and self.key is not None and nonce != self.nonce:
+            raise ProtocolViolation("a frame from the host belongs to another turn")
+        self.seq_in += 1
+        if new_nonce:
+            self.nonce = nonce
+        return pickle.loads(payload)
 
     def send(self, message) -> None:
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        self._out.write(_HEADER.pack(len(data)) + data)
+        out = frame(self.key, self.seq_out, self.nonce, data)
+        self.seq_out += 1
+        self._out.write(out)
 
 
 class _Proxy:
@@ -92,23 +158,25 @@ class _Proxy:
 
 
 class _Worker:
-    def __init__(self, channel: _Channel) -> None:
+    def __init__(self, channel: _Channel, out_fd: int) -> None:
         self.channel = channel
+        self.out_fd = out_fd           # private copy of the output pipe
         self.namespace: dict = {"__name__": "__main__"}
         self.limits: dict = {}
         self.next_call = 0
         self.sent: dict[str, tuple[int, type]] = {}
-        self.out = io.StringIO()
-        self.out_size = 0
+        self.stdout = _text_stream(1)
+        self.stderr = _text_stream(2)
 
     # -- tool calls travel back to the runtime ----------------------------------
     def call_tool(self, name, args, kwargs):
         self.next_call += 1
         cid = self.next_call
         try:
-            self.channel.send(("call", cid, name, args, kwargs))
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            pickle.dumps((args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
             raise TypeError(f"{name}(): arguments cannot be sent to the runtime: {exc}") from None
+        self.channel.send(("call", cid, name, args, kwargs))
         message = self.channel.receive()
         if message[0] == "reply_error":
             raise _remote_tool_error()(f"{message[2]}: {message[3]}", tool=name)
@@ -117,53 +185,57 @@ class _Worker:
             return payload
         raise payload
 
-    # -- print capture ------------------------------------------------------------
-    def print(self, *args, sep=" ", end="\n", file=None, flush=False):
-        if file is not None and file is not sys.stdout:
-            builtins.print(*args, sep=sep, end=end, file=file, flush=flush)
-            return
-        text = io.StringIO()
-        builtins.print(*args, sep=sep, end=end, file=text)
-        chunk = text.getvalue()
-        cap = self.limits.get("max_stdout_chars")
-        if cap is not None and self.out_size + len(chunk) > cap:
-            room = max(cap - self.out_size, 0)
-            chunk = chunk[:room] + ("\n[spectool: output truncated]\n" if room or
-                                    self.out_size <= cap else "")
-        self.out_size += len(chunk)
-        self.out.write(chunk)
-
     # -- cells ----------------------------------------------------------------------
     def run(self, source: str, tool_names: list[str]):
-        self.out = io.StringIO()
-        self.out_size = 0
+        _reap_children()
+        self._restore_output()
+        os.write(self.out_fd, marker(self.channel.nonce, "begin"))
         ns = self.namespace
-        cell_builtins = dict(builtins.__dict__)
-        cell_builtins["print"] = self.print
-        ns["__builtins__"] = cell_builtins
+        ns["__builtins__"] = dict(builtins.__dict__)
         for name in tool_names:
             ns[name] = _Proxy(self, name)
-        self._arm_cpu_limit()
+        if self.limits.get("sandbox") == "none":
+            self._arm_cpu_limit()
         try:
             code = compile(source, "<cell>", "exec")
         except (SyntaxError, ValueError) as exc:
-            return False, exc
+            result = (False, exc)
+        else:
+            try:
+                exec(code, ns)
+                result = (True, None)
+            except BaseException as exc:  # noqa: BLE001 - every cell error is an outcome
+                result = (True, exc)
+        self._restore_output()
+        os.write(self.out_fd, marker(self.channel.nonce, "end"))
+        return result
+
+    def _restore_output(self) -> None:
+        """Flush what the cell wrote and put fds 1/2 and sys.stdout/err back."""
+        for stream in (sys.stdout, sys.stderr, self.stdout, self.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
         try:
-            exec(code, ns)
-        except BaseException as exc:  # noqa: BLE001 - every cell error is an outcome
-            return True, exc
-        return True, None
+            os.dup2(self.out_fd, 1)
+            os.dup2(self.out_fd, 2)
+        except OSError:
+            pass
+        sys.stdout, sys.stderr = self.stdout, self.stderr
 
     def _arm_cpu_limit(self) -> None:
+        """sandbox="none" only: the worker's own soft RLIMIT_CPU (a cell can raise it)."""
         seconds = self.limits.get("cpu_seconds_per_cell")
         if not seconds:
             return
         try:
+            import math
             import resource
             usage = resource.getrusage(resource.RUSAGE_SELF)
             used = int(usage.ru_utime + usage.ru_stime) + 1
             _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-            soft = used + int(seconds)
+            soft = used + math.ceil(seconds)
             if hard != resource.RLIM_INFINITY:
                 soft = min(soft, hard)
             resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
@@ -186,15 +258,38 @@ class _Worker:
                 blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:
                 blob = None
-            try:
-                text = repr(value)
-            except Exception:
-                text = f"<{type(value).__name__}>"
-            if len(text) > 1000:
-                text = text[:997] + "..."
+            text = _short_repr(value)
             changed[name] = (blob, type(value).__qualname__, text)
             self.sent[name] = mark
         return changed, deleted
+
+
+def _short_repr(value) -> str:
+    """A bounded repr (reprlib: a shared-reference bomb must not take forever here)."""
+    import reprlib
+    short = reprlib.Repr()
+    short.maxlevel, short.maxother, short.maxstring = 6, 1000, 1000
+    try:
+        text = short.repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 1000 else text[:997] + "..."
+
+
+def _text_stream(fd: int):
+    return io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8",
+                            errors="backslashreplace", write_through=True)
+
+
+def _reap_children() -> None:
+    """Collect the children the host killed at the end of the last turn (zombies)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def _encode_error(exc):
@@ -207,8 +302,7 @@ def _encode_error(exc):
         return ("text", type(exc).__qualname__, str(exc))
 
 
-def _apply_memory_limit(limits: dict) -> None:
-    nbytes = limits.get("memory_bytes")
+def _apply_memory_limit(nbytes) -> None:
     if not nbytes:
         return
     try:
@@ -218,38 +312,173 @@ def _apply_memory_limit(limits: dict) -> None:
         pass
 
 
+# ---------------------------------------------------------------------------- launch
+def _count_processes(uid: int) -> int:
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/status", "rb") as fh:
+                    for line in fh:
+                        if line.startswith(b"Uid:"):
+                            count += int(line.split()[1]) == uid
+                            break
+            except OSError:
+                pass
+    return count
+
+
+def _unreachable_top(path: str) -> str | None:
+    """The outermost directory on the way to ``path`` that other users cannot search."""
+    import stat
+    parts = os.path.abspath(path).split(os.sep)[1:]
+    current = ""
+    for part in parts:
+        current += os.sep + part
+        try:
+            mode = os.stat(current).st_mode
+        except OSError:
+            return None
+        if stat.S_ISDIR(mode) and not mode & stat.S_IXOTH:
+            return current
+    return None
+
+
+def _make_reachable(paths: list[str]) -> None:
+    """Root launcher only: in a private mount namespace, cover each unsearchable
+    directory (``/root``, say) with a tmpfs that holds read-only binds of the needed
+    paths below it (the interpreter's prefix), so the dropped uid can run Python while
+    the rest of that directory stays hidden. The host's mounts are untouched."""
+    import ctypes
+    needed = {}
+    for path in paths:
+        top = _unreachable_top(path)
+        if top is not None and os.path.isdir(path):
+            needed.setdefault(top, []).append(path)
+    if not needed:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    ms_rdonly, ms_remount, ms_bind, ms_rec, ms_private = 1, 32, 4096, 16384, 1 << 18
+
+    def mount(src, target, fstype, flags, data=None):
+        if libc.mount(src, target, fstype, flags, data) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+    if libc.unshare(0x00020000) != 0:        # CLONE_NEWNS
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) failed")
+    mount(b"none", b"/", None, ms_rec | ms_private)
+    for top, inner in needed.items():
+        fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in inner}
+        mount(b"tmpfs", top.encode(), b"tmpfs", 0, b"mode=0755")
+        for path, fd in fds.items():
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, ms_bind | ms_rec)
+            mount(b"none", path.encode(), None, ms_bind | ms_remount | ms_rdonly)
+            os.close(fd)
+
+
+def launch(plan: dict) -> None:
+    """Confine this process as the plan says, then exec bwrap or return (fallback)."""
+    import ctypes  # noqa: F401  (imported while the interpreter's folders are reachable)
+    import resource
+    import signal  # noqa: F401
+    for procs in plan["cgroup_procs"]:
+        with open(procs, "w") as fh:
+            fh.write(str(os.getpid()))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    argv = list(plan["bwrap_argv"])
+    uid = plan["uid"]
+    if uid is not None:
+        _make_reachable(plan["python_paths"])
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        _set_dumpable()    # a uid change clears it; /proc/self/fd needs it back
+    if plan["memory_bytes"]:
+        _apply_memory_limit(plan["memory_bytes"])
+    if plan["nproc_extra"] is not None:
+        me = os.getuid()
+        n = _count_processes(me) + int(plan["nproc_extra"])
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+    if argv:
+        os.execve(argv[0], argv, plan["env"])
+    _die_with_parent()
+    os.chdir(plan["scratch"])
+    os.environ.clear()
+    os.environ.update(plan["env"])
+
+
+def _set_dumpable() -> None:
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+    except (OSError, AttributeError):
+        pass
+
+
+def _die_with_parent() -> None:
+    """Fallback: SIGKILL when the host dies (set after the uid drop, which clears it)."""
+    try:
+        import ctypes
+        import signal
+        parent = os.getppid()
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PDEATHSIG
+        if os.getppid() != parent:      # the host died before the request took effect
+            os._exit(1)
+    except (OSError, AttributeError):
+        pass
+
+
 def main() -> None:
-    # Private copies of the protocol fds; the cell gets /dev/null and stderr instead.
-    fd_in, fd_out = os.dup(0), os.dup(1)
+    if len(sys.argv) >= 3 and sys.argv[1] == "--launch":
+        launch(json.loads(sys.argv[2]))
+    # Private copies of the protocol fds; the cell gets /dev/null and the output pipe.
+    fd_in, fd_out, out_fd = os.dup(0), os.dup(1), os.dup(2)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    os.dup2(2, 1)
+    os.close(devnull)
+    os.dup2(out_fd, 1)
+    keep = {0, 1, 2, fd_in, fd_out, out_fd}
+    for fd in _open_fds():
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
     channel = _Channel(fd_in, fd_out)
-    worker = _Worker(channel)
+    worker = _Worker(channel, out_fd)
+    sys.stdout, sys.stderr = worker.stdout, worker.stderr
     try:
         message = channel.receive()
+        _, channel.key, worker.limits, variables = message
+        worker.namespace.update(variables)
+        if worker.limits.get("sandbox") == "none":
+            _apply_memory_limit(worker.limits.get("memory_bytes"))
+        channel.send(("ready", os.getpid()))
+        while True:
+            message = channel.receive(new_nonce=True)
+            if message[0] != "exec":
+                raise ProtocolViolation(f"expected exec, got {message[0]!r}")
+            _, source, tool_names = message
+            ran, error = worker.run(source, tool_names)
+            changed, deleted = worker.changes()
+            try:
+                channel.send(("done", ran, _encode_error(error), changed, deleted))
+            except Exception as exc:  # an error object that pickles but is too odd to send
+                channel.send(("done", ran, ("text", type(exc).__qualname__, str(exc)), {}, []))
     except EOFError:
         return
-    _, worker.limits, variables = message
-    worker.namespace.update(variables)
-    _apply_memory_limit(worker.limits)
-    channel.send(("ready",))
-    while True:
-        try:
-            message = channel.receive()
-        except EOFError:
-            return
-        if message[0] != "exec":
-            continue
-        _, source, tool_names = message
-        ran, error = worker.run(source, tool_names)
-        changed, deleted = worker.changes()
-        try:
-            channel.send(("done", worker.out.getvalue(), ran, _encode_error(error),
-                          changed, deleted))
-        except Exception as exc:  # e.g. an error object that pickles but is too odd to send
-            channel.send(("done", worker.out.getvalue(), ran,
-                          ("text", type(exc).__qualname__, str(exc)), {}, []))
+    except ProtocolViolation as exc:
+        os.write(out_fd, f"\nspectool worker: protocol violation: {exc}\n".encode())
+        os._exit(PROTOCOL_EXIT)
+
+
+def _open_fds() -> list[int]:
+    try:
+        return [int(x) for x in os.listdir("/proc/self/fd")]
+    except OSError:
+        return list(range(3, 256))
 
 
 if __name__ == "__main__":

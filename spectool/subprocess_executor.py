@@ -1,16 +1,27 @@
-"""The subprocess real executor: cells run in a separate Python process with limits.
+"""The subprocess real executor: cells run in a separate, sandboxed Python process.
 
 Same interface as :class:`spectool.executor.InProcessExecutor`. The worker
 (:mod:`spectool._worker`, standard library only, started with ``python -I``) keeps the
-persistent namespace; each tool call in a cell travels back over the pipe to the
+persistent namespace; each tool call in a cell travels back over the channel to the
 runtime, so it still claims or calls through the speculation store.
 
-Isolation and limits: memory (RLIMIT_AS) and CPU seconds per cell (RLIMIT_CPU, set in
-the child); the cell cannot see the protocol pipe. Messages *from* the worker are
-unpickled with an allow-list (plain data, built-in exception types, spectool's
-exceptions), so a hostile cell cannot make the runtime execute code. Values that
-cannot come back (functions, modules, user classes) appear in ``variables()`` as
-:class:`Opaque` placeholders; tool arguments and results must be plain data.
+Confinement (:mod:`spectool.sandbox`, ``WorkerLimits.sandbox``): a bubblewrap cell when
+``bwrap`` works here, else the documented fallback (uid drop, environment allow-list,
+own session, per-turn kill), or ``"none"``. Limits: memory (a cgroup for the worker
+and its children together when the host is root, else ``RLIMIT_AS`` per process and
+``RLIMIT_NPROC``), CPU seconds per cell (polled by the host over all the cell's
+processes; the cell cannot raise it), processes, output (captured at the
+file-descriptor level and capped by the host), message size. At the end of every cell
+every other process of the sandbox is killed.
+
+Whatever the mode, what crosses back is checked: frames carry a sequence number, the
+turn's nonce and an HMAC (a forged or out-of-step frame stops the worker with
+:class:`WorkerProtocolError`), and values are rebuilt by
+:func:`spectool.safe_unpickle.safe_loads` (allow-listed constructors, bounded sizes),
+so a hostile cell can neither make the runtime execute code nor make it build a huge
+object. Values that cannot come back (functions, modules, user classes, cyclic or
+oversized values) appear in ``variables()`` as :class:`Opaque` placeholders; tool
+arguments and results must be plain data.
 
 If the worker dies (a resource limit, a signal, a crash), the cell's error is
 :class:`~spectool.errors.WorkerCrashedError`; the next cell starts a fresh worker that
@@ -20,34 +31,72 @@ turn kills the worker.
 
 from __future__ import annotations
 
-import io
+import hmac
+import json
 import os
 import pickle
 import re
-import struct
+import signal
+import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 import anyio
+import anyio.to_thread
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from . import _worker as wire
 from .errors import RemoteCellError, WorkerCrashedError
 from .executor import CellOutcome, ToolCaller
+from .safe_unpickle import safe_loads
+from .sandbox import SANDBOX_MODES, SandboxPlan, plan_sandbox
 
-__all__ = ["SubprocessExecutor", "WorkerLimits", "Opaque"]
+__all__ = ["SubprocessExecutor", "WorkerLimits", "Opaque", "WorkerProtocolError", "safe_loads"]
 
-_HEADER = struct.Struct(">I")
-_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker.py")
+_WORKER = os.path.abspath(wire.__file__)
+_TRUNCATED = "\n[spectool: output truncated]\n"
+# How long the host waits, once a cell is done, for the end marker of its output.
+_OUTPUT_GRACE_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
 class WorkerLimits:
-    memory_bytes: int | None = 2 << 30          # RLIMIT_AS of the worker
-    cpu_seconds_per_cell: int | None = 60       # RLIMIT_CPU soft limit per cell
-    max_message_bytes: int = 256 << 20          # larger frames from the worker kill it
+    """Limits and confinement of the subprocess executor's worker.
+
+    memory_bytes: the worker and its children together (cgroup), else per process.
+    cpu_seconds_per_cell: CPU time of all the cell's processes; the worker is killed past it.
+    max_processes: processes a cell may start besides the worker.
+    max_message_bytes: larger frames from the worker stop it.
+    max_stdout_chars: the cell's captured output (fds 1 and 2) is cut there.
+    scratch_bytes: size of the bwrap cell's ``/tmp``.
+    sandbox: ``"auto"`` (bwrap if usable, else fallback), ``"bwrap"``, ``"fallback"``,
+    ``"none"`` (see :mod:`spectool.sandbox`).
+    """
+
+    memory_bytes: int | None = 2 << 30
+    cpu_seconds_per_cell: float | None = 60
+    max_processes: int = 16
+    max_message_bytes: int = 256 << 20
     max_stdout_chars: int | None = 1_000_000
+    scratch_bytes: int = 256 << 20
+    sandbox: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.sandbox not in SANDBOX_MODES:
+            raise ValueError(f"WorkerLimits.sandbox must be one of {SANDBOX_MODES}, "
+                             f"not {self.sandbox!r}")
+        if self.max_processes < 0:
+            raise ValueError(f"WorkerLimits.max_processes must be >= 0, not {self.max_processes}")
+
+
+class WorkerProtocolError(WorkerCrashedError):
+    """A forged, corrupt or out-of-step frame came from the worker; it was stopped."""
+
+
+class _Violation(Exception):
+    pass
 
 
 @dataclass(frozen=True)
@@ -69,33 +118,60 @@ def _strip_addr(text: str) -> str:
     return re.sub(r" at 0x[0-9a-fA-F]+", "", text)
 
 
-_SAFE_BUILTINS = frozenset({"set", "frozenset", "complex", "bytearray", "slice", "range"})
-_SAFE_OTHER = frozenset({("collections", "OrderedDict"), ("collections", "deque")})
+class _Output:
+    """The cell's output from the worker's fd 1/2 pipe, between the turn's markers.
 
+    Keeps at most ``cap_bytes`` (4 bytes per allowed char) and drains the rest, so the
+    worker never blocks on a full pipe and the host never holds more than the cap.
+    """
 
-class _AllowListUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if module == "builtins":
-            obj = getattr(__import__("builtins"), name, None)
-            if name in _SAFE_BUILTINS or (isinstance(obj, type) and issubclass(obj, BaseException)):
-                return obj
-        elif module == "spectool.errors":
-            from . import errors
-            obj = getattr(errors, name, None)
-            if name == "_rebuild" or (isinstance(obj, type) and issubclass(obj, BaseException)):
-                return obj
-        elif (module, name) in _SAFE_OTHER:
-            import collections
-            return getattr(collections, name)
-        raise pickle.UnpicklingError(f"not allowed from the worker: {module}.{name}")
+    def __init__(self, reader: BufferedByteReceiveStream, max_chars: int | None) -> None:
+        self.reader = reader
+        self.max_chars = max_chars
+        self.kept = bytearray()
+        self.total = 0
+        self.finished = anyio.Event()
 
+    def _take(self, data: bytes) -> None:
+        cap = None if self.max_chars is None else 4 * self.max_chars
+        room = len(data) if cap is None else max(cap - len(self.kept), 0)
+        self.kept += data[:room]
+        self.total += len(data)
 
-def safe_loads(data: bytes) -> Any:
-    return _AllowListUnpickler(io.BytesIO(data)).load()
+    async def collect(self, nonce: bytes) -> None:
+        begin, end = wire.marker(nonce, "begin"), wire.marker(nonce, "end")
+        pending, inside = b"", False
+        try:
+            while True:
+                pending += await self.reader.receive(65536)
+                if not inside:
+                    at = pending.find(begin)
+                    if at < 0:       # stale output (a killed child's, say): dropped
+                        pending = pending[-(len(begin) - 1):]
+                        continue
+                    pending, inside = pending[at + len(begin):], True
+                at = pending.find(end)
+                if at >= 0:
+                    self._take(pending[:at])
+                    return
+                safe = max(len(pending) - (len(end) - 1), 0)
+                self._take(pending[:safe])
+                pending = pending[safe:]
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return
+        finally:
+            self.finished.set()
+
+    def text(self) -> str:
+        text = self.kept.decode("utf-8", "replace")
+        cut = self.total > len(self.kept)
+        if self.max_chars is not None and len(text) > self.max_chars:
+            text, cut = text[:self.max_chars], True
+        return text + _TRUNCATED if cut else text
 
 
 class SubprocessExecutor:
-    """Runs cells in a separate, resource-limited Python process."""
+    """Runs cells in a separate, sandboxed, resource-limited Python process."""
 
     isolated = True
 
@@ -112,7 +188,19 @@ class SubprocessExecutor:
         self._vars: dict[str, Any] = initial
         self._proc: Process | None = None
         self._reader: BufferedByteReceiveStream | None = None
+        self._output: BufferedByteReceiveStream | None = None
+        self._plan: SandboxPlan | None = None
+        self._keep: set[int] = set()
+        self._key = b""
+        self._nonce = wire.NO_NONCE
+        self._seq_in = self._seq_out = 0
+        self._cpu_exceeded = False
         self.restarts = 0
+
+    @property
+    def sandbox_mode(self) -> str | None:
+        """``"bwrap"``, ``"fallback"`` or ``"none"`` once the worker runs, else None."""
+        return None if self._plan is None else self._plan.mode
 
     def variables(self) -> dict[str, Any]:
         return dict(self._vars)
@@ -120,23 +208,44 @@ class SubprocessExecutor:
     async def start(self) -> None:
         if self._proc is not None and self._proc.returncode is None:
             return
+        lim = self.limits
+        plan = await anyio.to_thread.run_sync(lambda: plan_sandbox(
+            lim.sandbox, memory_bytes=lim.memory_bytes, max_processes=lim.max_processes,
+            scratch_bytes=lim.scratch_bytes, python=sys.executable, worker=_WORKER))
+        self._plan = plan
+        argv = [sys.executable, "-I", _WORKER]
+        if plan.mode != "none":
+            argv += ["--launch", json.dumps(plan.launch_config(lim.memory_bytes,
+                                                               lim.max_processes))]
         plain = {k: v for k, v in self._vars.items() if not isinstance(v, Opaque)}
-        self._proc = await anyio.open_process([sys.executable, "-I", _WORKER],
-                                              stderr=None)
-        assert self._proc.stdout is not None
-        self._reader = BufferedByteReceiveStream(self._proc.stdout)
-        limits = {"memory_bytes": self.limits.memory_bytes,
-                  "cpu_seconds_per_cell": self.limits.cpu_seconds_per_cell,
-                  "max_stdout_chars": self.limits.max_stdout_chars}
         try:
-            await self._send(("init", limits, plain))
-            ready = await self._receive()
+            self._proc = await anyio.open_process(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=plan.mode != "none",
+                env=plan.env if plan.mode != "none" else None)
         except BaseException:
-            await self._kill()
+            plan.cleanup(None)
             raise
-        if ready != ("ready",):
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        self._reader = BufferedByteReceiveStream(self._proc.stdout)
+        self._output = BufferedByteReceiveStream(self._proc.stderr)
+        self._key, self._nonce = os.urandom(32), wire.NO_NONCE
+        self._seq_in = self._seq_out = 0
+        config = {"sandbox": plan.mode, "memory_bytes": lim.memory_bytes,
+                  "cpu_seconds_per_cell": lim.cpu_seconds_per_cell}
+        try:
+            await self._send(("init", self._key, config, plain), authenticated=False)
+            ready = await self._receive()
+            if ready[0] != "ready":
+                raise _Violation(f"expected ready, got {ready[0]!r}")
+            worker = plan.worker_pid(self._proc.pid)
+            self._keep = _chain(self._proc.pid, worker)
+        except BaseException as exc:
             await self._kill()
-            raise WorkerCrashedError(f"worker did not start: {ready!r}")
+            if isinstance(exc, (anyio.EndOfStream, anyio.IncompleteRead, _Violation, OSError,
+                                pickle.UnpicklingError, anyio.BrokenResourceError)):
+                raise WorkerCrashedError(f"worker did not start: {exc!r}") from None
+            raise
 
     async def aclose(self) -> None:
         await self._kill()
@@ -145,33 +254,87 @@ class SubprocessExecutor:
                        call_tool: ToolCaller) -> CellOutcome:
         try:
             await self.start()
-        except (OSError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
+        except (OSError, WorkerCrashedError) as exc:
             await self._kill()
-            return CellOutcome("", WorkerCrashedError(f"worker failed to start: {exc!r}"), True)
+            return CellOutcome("", WorkerCrashedError(f"worker failed to start: {exc}"), True)
+        assert self._output is not None
+        output = _Output(self._output, self.limits.max_stdout_chars)
         finished = False
+        self._nonce = os.urandom(16)
+        self._cpu_exceeded = False
+        failure: BaseException | None = None
+        outcome: tuple[BaseException | None, bool] = (None, True)
         try:
-            await self._send(("exec", source, list(tool_names)))
-            while True:
-                message = await self._receive()
-                kind = message[0]
-                if kind == "call":
-                    _, cid, name, args, kwargs = message
-                    await self._reply(cid, name, args, kwargs, call_tool)
-                elif kind == "done":
-                    finished = True
-                    return self._outcome(message)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(output.collect, self._nonce)
+                if self._watch_cpu():
+                    tg.start_soon(self._cpu_watchdog)
+                try:
+                    outcome = await self._exchange(source, tool_names, call_tool)
+                except (anyio.EndOfStream, anyio.BrokenResourceError,
+                        anyio.ClosedResourceError, anyio.IncompleteRead,
+                        pickle.UnpicklingError, _Violation) as exc:
+                    failure = exc
                 else:
-                    raise pickle.UnpicklingError(f"unexpected message {kind!r}")
-        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError,
-                anyio.IncompleteRead, pickle.UnpicklingError, ValueError, EOFError) as exc:
+                    with anyio.move_on_after(_OUTPUT_GRACE_SECONDS):
+                        await output.finished.wait()
+                tg.cancel_scope.cancel()
             finished = True
-            return CellOutcome("", await self._crashed(exc), True)
+            if failure is not None:
+                return CellOutcome(output.text(), await self._crashed(failure), True)
+            await self._end_of_turn()
+            return CellOutcome(output.text(), outcome[0], outcome[1])
         finally:
             if not finished:  # cancelled (or an unexpected error): the worker dies with the turn
                 with anyio.CancelScope(shield=True):
                     await self._kill()
 
     # ------------------------------------------------------------------ internals
+    async def _exchange(self, source: str, tool_names: Iterable[str],
+                        call_tool: ToolCaller) -> tuple[BaseException | None, bool]:
+        await self._send(("exec", source, list(tool_names)))
+        while True:
+            message = await self._receive()
+            kind = message[0] if type(message) is tuple and message else None
+            if kind == "call" and len(message) == 5:
+                _, cid, name, args, kwargs = message
+                if type(name) is not str or type(args) is not tuple or type(kwargs) is not dict:
+                    raise _Violation("malformed call frame")
+                await self._reply(cid, name, args, kwargs, call_tool)
+            elif kind == "done" and len(message) == 5:
+                return self._outcome(message)
+            else:
+                raise _Violation(f"unexpected message {kind!r}")
+
+    def _watch_cpu(self) -> bool:
+        return (self.limits.cpu_seconds_per_cell is not None and self._plan is not None
+                and self._plan.mode != "none")
+
+    async def _cpu_watchdog(self) -> None:
+        """Kill the worker once the cell's processes used more CPU than allowed."""
+        plan, proc = self._plan, self._proc
+        assert plan is not None and proc is not None and self.limits.cpu_seconds_per_cell
+        limit = float(self.limits.cpu_seconds_per_cell)
+        start = plan.cpu_seconds(proc.pid)
+        interval = min(0.25, max(limit / 10, 0.02))
+        while True:
+            await anyio.sleep(interval)
+            if plan.cpu_seconds(proc.pid) - start > limit:
+                self._cpu_exceeded = True
+                _kill_quietly(proc)
+                return
+
+    async def _end_of_turn(self) -> None:
+        """Kill every process of the sandbox but the worker (and bwrap's own two), and
+        wait (up to about a second) until they are gone."""
+        plan, proc = self._plan, self._proc
+        if plan is None or plan.mode == "none" or proc is None:
+            return
+        for attempt in range(500):
+            if not plan.kill_round(proc.pid, self._keep):
+                return
+            await anyio.sleep(0.002 if attempt else 0)
+
     async def _reply(self, cid: int, name: str, args: Any, kwargs: Any,
                      call_tool: ToolCaller) -> None:
         try:
@@ -180,7 +343,7 @@ class SubprocessExecutor:
         except Exception as exc:
             message = ("reply", cid, False, exc)
         try:
-            await self._send(message)
+            data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             payload = message[3]
             if message[2]:
@@ -188,60 +351,127 @@ class SubprocessExecutor:
                             f"{name}() result cannot be sent to the worker: {exc}")
             else:
                 fallback = ("reply_error", cid, type(payload).__qualname__, str(payload))
-            await self._send(fallback)
+            data = pickle.dumps(fallback, protocol=pickle.HIGHEST_PROTOCOL)
+        await self._send_bytes(data, authenticated=True)
 
-    def _outcome(self, message: tuple) -> CellOutcome:
-        _, stdout, ran, error_blob, changed, deleted = message
+    def _outcome(self, message: tuple) -> tuple[BaseException | None, bool]:
+        _, ran, error_blob, changed, deleted = message
+        if type(changed) is not dict or type(deleted) is not list:
+            raise _Violation("malformed done frame")
         for name in deleted:
             self._vars.pop(name, None)
-        for name, (blob, type_name, text) in changed.items():
-            value: Any = Opaque(type_name, text)
+        for name, entry in changed.items():
+            blob, type_name, text = entry
+            value: Any = Opaque(str(type_name), str(text))
             if blob is not None:
                 try:
                     value = safe_loads(blob)
                 except Exception:
                     pass
             self._vars[name] = value
-        return CellOutcome(stdout, _decode_error(error_blob), bool(ran))
+        return _decode_error(error_blob), bool(ran)
 
     async def _crashed(self, exc: BaseException) -> WorkerCrashedError:
         proc = self._proc
+        self._mode_was = self.sandbox_mode
         code = None
+        if proc is not None and isinstance(exc, _Violation):
+            _kill_quietly(proc)          # alive but out of step: stop it now
         if proc is not None:
             with anyio.move_on_after(2):
                 code = await proc.wait()
         await self._kill()
         self.restarts += 1
+        if isinstance(exc, _Violation) or code == wire.PROTOCOL_EXIT:
+            return WorkerProtocolError(
+                f"the worker's channel went out of step ({exc}): a forged, corrupt or "
+                "stale frame; the worker was stopped and the next cell starts a fresh one")
+        if code is not None and code > 128 and self._mode_was == "bwrap":
+            code = 128 - code      # bwrap reports a signal as exit status 128 + signal
         why = f"exit status {code}" if code is not None and code >= 0 else (
             f"signal {-code}" if code is not None else "no exit status")
+        if self._cpu_exceeded:
+            why = (f"CPU limit of {self.limits.cpu_seconds_per_cell} s per cell exceeded, "
+                   + why)
         return WorkerCrashedError(f"the worker died ({why}; {type(exc).__name__}); "
                                   f"its namespace keeps the last plain-data variables")
 
-    async def _send(self, message: tuple) -> None:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    async def _send(self, message: tuple, *, authenticated: bool = True) -> None:
+        await self._send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL),
+                               authenticated=authenticated)
+
+    async def _send_bytes(self, data: bytes, *, authenticated: bool) -> None:
         assert self._proc is not None and self._proc.stdin is not None
-        await self._proc.stdin.send(_HEADER.pack(len(data)) + data)
+        key = self._key if authenticated else None
+        out = wire.frame(key, self._seq_out, self._nonce, data)
+        self._seq_out += 1
+        await self._proc.stdin.send(out)
 
     async def _receive(self) -> Any:
         assert self._reader is not None
-        (n,) = _HEADER.unpack(await self._reader.receive_exactly(_HEADER.size))
+        header = await self._reader.receive_exactly(wire.HEADER.size)
+        magic, _, _, n = wire.HEADER.unpack(header)
+        if magic != wire.MAGIC:
+            raise _Violation("a frame without the protocol's magic")
         if n > self.limits.max_message_bytes:
-            raise ValueError(f"worker message of {n} bytes exceeds the limit")
-        return safe_loads(await self._reader.receive_exactly(n))
+            raise _Violation(f"a message of {n} bytes, over the limit of "
+                             f"{self.limits.max_message_bytes}")
+        payload = await self._reader.receive_exactly(n)
+        tag = await self._reader.receive_exactly(wire.MAC_SIZE)
+        self._check_frame(header, payload, tag)
+        self._seq_in += 1
+        return safe_loads(payload)
+
+    def _check_frame(self, header: bytes, payload: bytes, tag: bytes) -> None:
+        """The frame is the next one of this turn and carries the worker's MAC."""
+        _, seq, nonce, _ = wire.HEADER.unpack(header)
+        if seq != self._seq_in:
+            raise _Violation(f"frame number {seq}, expected {self._seq_in}")
+        if nonce != self._nonce:
+            raise _Violation("a frame of another turn")
+        if not hmac.compare_digest(tag, wire.mac(self._key, header, payload)):
+            raise _Violation("a frame failed its MAC")
 
     async def _kill(self) -> None:
-        proc, self._proc, self._reader = self._proc, None, None
+        proc, self._proc, self._reader, self._output = self._proc, None, None, None
+        plan = self._plan
         if proc is None:
             return
         with anyio.CancelScope(shield=True):
             if proc.returncode is None:
+                _kill_quietly(proc)
+            if plan is not None and plan.mode != "none":
                 try:
-                    proc.kill()
-                except ProcessLookupError:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
                     pass
             with anyio.move_on_after(5):
                 await proc.wait()
+            if plan is not None:
+                for _ in range(20):      # the cgroups can go once their processes are reaped
+                    plan.cleanup(proc.pid)
+                    if not plan.cgroup_dirs:
+                        break
+                    await anyio.sleep(0.01)
             await proc.aclose()
+
+
+def _kill_quietly(proc: Process) -> None:
+    try:
+        proc.kill()
+    except ProcessLookupError:
+        pass
+
+
+def _chain(root: int, worker: int) -> set[int]:
+    """The host pids from the launched process down to the worker (bwrap's two + it)."""
+    from .sandbox import _process_table
+    table = _process_table()
+    chain, pid = {worker}, worker
+    while pid != root and pid in table and len(chain) < 4:
+        pid = table[pid][0]
+        chain.add(pid)
+    return chain | {root}
 
 
 def _decode_error(blob: Any) -> BaseException | None:
