@@ -2,14 +2,15 @@
 header/footer, 25-question subsample, tie rules) on every dataset."""
 
 import datetime
+import random
 import re
 from collections import Counter
 
 import pytest
 
 from spectool_bench.oolong import DATASETS, generate_window, parse_gold, parse_line, score_official
-from spectool_bench.oolong.generator import FIRST_DAY, LAST_DAY, label_counts
-from spectool_bench.oolong.questions import closest_gap, counting_block, ranked
+from spectool_bench.oolong.generator import FIRST_DAY, LAST_DAY, Instance, label_counts
+from spectool_bench.oolong.questions import closest_gap, counting_block, ranked, timeline_block
 from spectool_bench.oolong.specs import SPECS, instance_count
 
 OFFICIAL_LABELS = {  # datasets_loader.py label lists
@@ -138,11 +139,21 @@ def test_twenty_five_questions_first_in_generation_order(window):
 
 def test_every_family_is_generated():
     tasks, types = set(), set()
-    for name, seeds in (("spam", range(20)), ("imdb", range(3)), ("trec_coarse", range(3))):
-        for s in seeds:  # a strict top-3 of dates (second-most date) is rare
+    for name in ("spam", "imdb", "trec_coarse"):
+        for s in range(3):
             for q in generate_window(name, 16384, s).all_questions:
                 tasks.add(q.task)
                 types.add(q.task_type)
+    # a strict top-3 of dates is rare in real windows: pin the date questions on a crafted one
+    d = datetime.date
+    inst = [Instance(day, 10000 + k, f"t{k}", "x" if k % 2 else "y") for k, day in enumerate(
+        [d(2023, 1, 1)] * 3 + [d(2023, 2, 1)] * 2 + [d(2023, 3, k) for k in range(1, 20)])]
+    crafted = timeline_block(inst, random.Random(0))
+    assert [(t, g) for t, _, _, g, _, _ in crafted[:2]] == [
+        ("most_frequent_date", [d(2023, 1, 1)]), ("second_most_frequent_date", [d(2023, 2, 1)])]
+    for spec in crafted:
+        tasks.add(spec[0])
+        types.add(spec[1])
     assert types == {"TASK_TYPE.MOST_FREQ", "TASK_TYPE.SECOND_MOST_FREQ", "TASK_TYPE.LEAST_FREQ",
                      "TASK_TYPE.RELATIVE_FREQ", "TASK_TYPE.NUMERIC_ONE_CLASS",
                      "TASK_TYPE.REPRESENTED_N_TIMES"}  # constants.TASK_TYPE
