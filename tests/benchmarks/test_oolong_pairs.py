@@ -99,3 +99,16 @@ def test_f1_scores_the_printed_template(window):
 def test_pairs_need_trec_labels():
     with pytest.raises(ValueError, match="trec_coarse"):
         generate_window("spam", 8192, 0).pairs_questions()
+
+
+def test_brute_force_check_catches_a_wrong_rule():
+    """Negative control: reading task 11's "exactly one" as "at least one" changes the gold."""
+    import dataclasses
+
+    from spectool_bench.oolong.pairs import Role
+
+    w = generate_window("trec_coarse", 8192, 1)
+    records = [(i.date, i.user, i.label) for i in w.instances]
+    task = TASKS[10]
+    wrong = dataclasses.replace(task, role_q=Role(at_least=task.role_q.exactly))
+    assert gold_pairs(wrong, records) != _brute(task, records)
