@@ -466,7 +466,8 @@ YAHOO = Dataset(
     tails=("", " Thanks!", " Cheers.", " (asking for a friend)", " Any ideas?", " Need answers fast.",
            " Be honest.", " Sorry for my english.", " Best answer gets points.", " x"),
     wrappers=("{}", "{} Please help!", "Quick one: {}", "{} Thanks everyone.", "Serious answers only. {}",
-              "{} Any advice appreciated.", "Been wondering for ages: {}", "{} 10 points for the best answer!"),
+              "{} Any advice appreciated.", "Been wondering for ages: {}",
+              "{} 10 points for the best answer!"),
 )
 
 _STYLE_FILLERS = {

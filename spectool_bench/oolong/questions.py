@@ -96,7 +96,8 @@ def counting_block(counts: dict, scope: dict, prefix: str = ABOVE) -> list[tuple
         return out
     names = ", ".join(counts)
     total = sum(counts.values())
-    lab_fmt = f" Give your final answer in the form 'Label: answer' where answer is one of the labels: {names}."
+    lab_fmt = (f" Give your final answer in the form 'Label: answer' where answer is one of the "
+               f"labels: {names}.")
     top = max(counts.values())
     tops = [k for k, c in counts.items() if c == top]
     if len(tops) == 1 and closest_gap(counts, tops[0]) > GAP:

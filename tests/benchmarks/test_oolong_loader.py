@@ -35,7 +35,7 @@ def test_synth_parquet_round_trip(tmp_path, windows):
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "validation-00000-of-00001.parquet")
     loaded = load_windows(tmp_path)
     assert [w.seed for w in loaded] == [7, 8]
-    for got, src in zip(loaded, windows):
+    for got, src in zip(loaded, windows, strict=True):
         assert got.context == src.context and got.context_tokens == 8192
         assert [q.answer for q in got.questions] == [q.answer for q in src.questions]
         assert len(got.instances) == len(src.instances)

@@ -54,7 +54,8 @@ def _brute(task, records):
         return all((d > task.after) if task.after else (d < task.before) for d in ds)
 
     def role(r, u):
-        return all(cnt(u, lab) >= k for lab, k in r.at_least) and all(cnt(u, lab) == k for lab, k in r.exactly)
+        return (all(cnt(u, lab) >= k for lab, k in r.at_least)
+                and all(cnt(u, lab) == k for lab, k in r.exactly))
 
     out = []
     for i, a in enumerate(users):
@@ -62,7 +63,8 @@ def _brute(task, records):
             if task.role_p is None:
                 ok = sym_ok(a) and sym_ok(b)
             else:
-                ok = (role(task.role_p, a) and role(task.role_q, b)) or (role(task.role_p, b) and role(task.role_q, a))
+                p, q = task.role_p, task.role_q
+                ok = (role(p, a) and role(q, b)) or (role(p, b) and role(q, a))
             if ok:
                 out.append((a, b))
     return out

@@ -104,7 +104,8 @@ VALUES = ["entity", "Entity", "ENTITY", "description and abstract concept", "Tru
           "spam", "ham", "44436", "44437", "50213", "7", "17", "6", "9", "28", "0", "-3", "12",
           "12.0", " 7", "seven", "more common than", "less common than", "same frequency as",
           "More Common Than", "more common", "the same frequency", "2023-05-01", "May 1, 2023",
-          "01/05/2023", "05/01/2023", "2023-05-01 12:30", "2023-05-01 9am", "May 1 2023 5pm", "2023-05-01T00:00:00Z",
+          "01/05/2023", "05/01/2023", "2023-05-01 12:30", "2023-05-01 9am", "May 1 2023 5pm",
+          "2023-05-01T00:00:00Z",
           "2024-12-31", "Dec 31, 2024", "May 2023", "March 2023", "march 2023", "January 2025",
           "not sure", "", "N/A", "label entity is the answer"]
 PREFIXES = ["", "Answer: ", "Label: ", "User: ", "Date: ", "**Answer:** ", "Answer: [",
