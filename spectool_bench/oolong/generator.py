@@ -160,12 +160,12 @@ def generate_window(dataset: str = "trec_coarse", context_tokens: int = 4096,
     labels = list(ds.labels)
     rng.shuffle(labels)
     temperature, counts = label_counts(n, len(labels), rng)
-    seq = [lab for lab, c in zip(labels, counts) for _ in range(c)]
+    seq = [lab for lab, c in zip(labels, counts, strict=True) for _ in range(c)]
     rng.shuffle(seq)
     users = draw_users(n, rng)
     label_of: dict[str, str] = {}
     instances = []
-    for lab, user in zip(seq, users):
+    for lab, user in zip(seq, users, strict=True):
         text = ds.sample(lab, rng)
         label_of[text] = lab
         instances.append(Instance(draw_date(rng), user, text, lab))

@@ -92,7 +92,8 @@ def kind_of(row: dict) -> str:
 
 def _looks_like_pairs(row: dict) -> bool:
     ans = row["answer"]
-    if isinstance(ans, list):
+    if isinstance(ans, list) and ans and all(isinstance(p, (list, tuple)) and len(p) == 2
+                                             for p in ans):
         return True
     return "list all pairs of user IDs" in str(row["question"])
 
@@ -145,6 +146,8 @@ def load_windows(path: str | Path) -> list[Window]:
                     answer = "\n".join(f"({min(a, b)}, {max(a, b)})" for a, b in answer) or "[]"
                 atype, task, group = PAIRS, "pairs", "pairs"
             else:
+                if kind == "real" and isinstance(answer, list):  # dnd_parse_answer's list form
+                    answer = ", ".join(str(x) for x in answer)
                 atype = row.get("answer_type", "ANSWER_TYPE.REAL" if kind == "real" else "")
                 task = str(row.get("task", row.get("question_type", kind)))
                 group = str(row.get("task_group", kind))

@@ -32,6 +32,7 @@ class Dataset:
     # label-neutral framings ("{}" = the text); a label may override with its own
     wrappers: tuple[str, ...] = ("{}",)
     label_wrappers: dict[str, tuple[str, ...]] | None = None
+    tails: tuple[str, ...] = ("",)  # label-neutral endings appended to the text
 
     def sample(self, label: str, rng: random.Random) -> str:
         """One instance text for ``label`` (deterministic given ``rng``)."""
@@ -41,7 +42,7 @@ class Dataset:
             values[slot] = rng.choice(self.fillers[slot])
         text = template.format(**values)
         wrappers = (self.label_wrappers or {}).get(label, self.wrappers)
-        return rng.choice(wrappers).replace("{}", text)
+        return rng.choice(wrappers).replace("{}", text) + rng.choice(self.tails)
 
 
 def _slots(template: str) -> list[str]:
@@ -274,6 +275,7 @@ SPAM = Dataset(
         ),
     },
     fillers=_SMS_FILLERS,
+    tails=("", " x", " :)", " ok?", " !", " xx", " ;)", " .."),
 )
 
 _NEWS_FILLERS = {
@@ -328,50 +330,62 @@ AGNEWS = Dataset(
         ),
     },
     fillers=_NEWS_FILLERS,
+    tails=("", " (AP)", " (Reuters)", " (AFP)", " (CP)", " (Canadian Press)", " - report",
+           " (dpa)"),
 )
 
-_TOOL_USES = (("a hammer", "drive nails"), ("a knife", "cut bread"), ("a spoon", "stir soup"),
-              ("a saw", "cut wood"), ("a kettle", "boil water"), ("a ladder", "reach a roof"),
-              ("a broom", "sweep a floor"), ("a pencil", "write a note"), ("a wrench", "turn a bolt"),
-              ("a needle", "sew a button"), ("a shovel", "dig a hole"), ("an umbrella", "keep off rain"),
-              ("a comb", "tidy hair"), ("a stapler", "join sheets of paper"), ("a map", "find a route"),
-              ("an oven", "bake bread"))
-_CLAIM_FILLERS = {
-    "animal": ("a dog", "a cat", "a horse", "a cow", "a sparrow", "a salmon", "a frog", "a whale",
-               "a spider", "an ant", "a snake", "a rabbit", "a goat", "an eagle", "a shark",
-               "a beetle", "a lizard", "a parrot"),
-    "tool": tuple(t for t, _ in _TOOL_USES),
-    "match": tuple(f"{t} is used to {u}" for t, u in _TOOL_USES),
-    "mismatch": tuple(f"{t} is used to {u}" for k, (t, _) in enumerate(_TOOL_USES)
-                      for u in (_TOOL_USES[(k + 3) % len(_TOOL_USES)][1],
-                                _TOOL_USES[(k + 7) % len(_TOOL_USES)][1])),
-    "nomatch": tuple(f"{t} is not used to {u}" for k, (t, _) in enumerate(_TOOL_USES)
-                     for u in (_TOOL_USES[(k + 3) % len(_TOOL_USES)][1],
-                               _TOOL_USES[(k + 7) % len(_TOOL_USES)][1])),
-    "notmatch": tuple(f"{t} is not used to {u}" for t, u in _TOOL_USES),
+_KINDS = {
+    "animal": ("dog", "cat", "horse", "cow", "sparrow", "salmon", "frog", "whale", "spider", "ant",
+               "snake", "rabbit", "goat", "eagle", "shark", "beetle", "lizard", "parrot", "otter",
+               "camel"),
+    "tool": ("hammer", "screwdriver", "saw", "wrench", "chisel", "drill", "shovel", "rake",
+             "pliers", "trowel", "axe", "file"),
+    "fruit": ("apple", "banana", "cherry", "mango", "pear", "plum", "peach", "lemon", "grape",
+              "apricot", "kiwi", "fig"),
+    "vehicle": ("bus", "tram", "bicycle", "truck", "van", "scooter", "taxi", "ferry", "tractor",
+                "motorbike", "canoe", "glider"),
+    "musical instrument": ("violin", "cello", "trumpet", "flute", "piano", "harp", "drum",
+                           "clarinet", "banjo", "oboe", "tuba", "ukulele"),
+    "piece of furniture": ("sofa", "wardrobe", "stool", "bookcase", "bench", "dresser",
+                           "armchair", "cupboard", "bed", "desk", "cabinet", "ottoman"),
+    "vegetable": ("carrot", "onion", "leek", "cabbage", "potato", "turnip", "radish", "spinach",
+                  "celery", "parsnip", "broccoli", "courgette"),
+    "piece of clothing": ("shirt", "scarf", "jacket", "sock", "glove", "skirt", "coat", "hat",
+                          "sweater", "blouse", "waistcoat", "cardigan"),
+}
+_KIND_FRAMES = ("{a} {x} is {neg}a kind of {k}", "{a} {x} is {neg}a type of {k}",
+                "{a} {x} is {neg}an example of {ka}", "{a} {x} can{nt} be described as {ka}",
+                "{a} {x} is {neg}one of the {k}s", "{a} {x} is {neg}classed as {ka}")
+
+
+def _article(word: str) -> str:
+    return "An" if word[0] in "aeio" else "A"
+
+
+def _kind_claims(member: bool, negated: bool) -> tuple[str, ...]:
+    """'X is (not) a kind of K' claims; a claim holds exactly when ``member != negated``."""
+    out = []
+    for k, items in _KINDS.items():
+        for x in items:
+            targets = [k] if member else [o for o in _KINDS if o != k]
+            for t in targets:
+                ka = f"{_article(t).lower()} {t}"
+                for frame in _KIND_FRAMES:
+                    out.append(frame.format(a=_article(x), x=x, k=t, ka=ka,
+                                            neg="not " if negated else "",
+                                            nt="not" if negated else ""))
+    return tuple(out)
+
+
+_CLAIM_FILLERS = {  # members and non-members drawn equally often (one template each)
+    "hold_m": _kind_claims(True, False), "hold_n": _kind_claims(False, True),
+    "fail_m": _kind_claims(True, True), "fail_n": _kind_claims(False, False),
 }
 NEGATION = Dataset(
     name="negation",
     description="sentences",
     labels=("True", "False"),
-    templates={
-        "True": (
-            "Usually {match}.",
-            "In general, {nomatch}.",
-            "{tool} is never an animal.",
-            "{animal} is not a kind of tool.",
-            "{animal} is a living creature.",
-            "{tool} is not something that can breathe.",
-        ),
-        "False": (
-            "Usually {mismatch}.",
-            "In general, {notmatch}.",
-            "{tool} is a kind of animal.",
-            "{animal} is a kind of tool.",
-            "{animal} is never a living creature.",
-            "{tool} is something that can breathe.",
-        ),
-    },
+    templates={"True": ("{hold_m}.", "{hold_n}."), "False": ("{fail_m}.", "{fail_n}.")},
     fillers=_CLAIM_FILLERS,
 )
 
@@ -449,17 +463,25 @@ YAHOO = Dataset(
         ),
     },
     fillers=_YAHOO_FILLERS,
+    tails=("", " Thanks!", " Cheers.", " (asking for a friend)", " Any ideas?", " Need answers fast.",
+           " Be honest.", " Sorry for my english.", " Best answer gets points.", " x"),
     wrappers=("{}", "{} Please help!", "Quick one: {}", "{} Thanks everyone.", "Serious answers only. {}",
-              "{} Any advice appreciated.", "Been wondering for ages: {}", "{} 10 points for the best answer!"),
+              "{} Any advice appreciated.", "Been wondering for ages: {}",
+              "{} 10 points for the best answer!"),
 )
 
 _STYLE_FILLERS = {
     "topic": ("the quarterly report", "the committee's decision", "the proposed amendment",
               "the research findings", "the budget allocation", "the hiring policy",
               "the merger agreement", "the safety protocol", "the survey results",
-              "the draft legislation"),
+              "the draft legislation", "the annual audit", "the revised timetable",
+              "the tender process", "the staff appraisal scheme", "the procurement review",
+              "the pension consultation", "the grant application", "the planning permission",
+              "the data protection policy", "the shareholder resolution"),
     "thing": ("that show", "the new phone", "this song", "my ex", "the party", "the game",
-              "that meme", "the pizza place", "my car", "that video"),
+              "that meme", "the pizza place", "my car", "that video", "the concert",
+              "my new sneakers", "that tiktok", "the burger joint", "my roomie", "this weather",
+              "the season finale", "my haircut", "the gym", "that podcast"),
     "slang": ("lol", "tbh", "omg", "smh", "ngl", "haha", "lmao", "idk"),
 }
 FORMALITY = Dataset(
@@ -529,7 +551,9 @@ _METAPHOR_FILLERS = {
     "person": ("My brother", "The new manager", "Her grandmother", "That senator", "Our coach",
                "The landlord", "My teacher", "His partner", "The captain", "My aunt",
                "The old baker", "Our neighbour", "The young pilot", "My classmate", "The judge",
-               "Her uncle", "The shop owner", "Our nurse", "The drummer", "My boss"),
+               "Her uncle", "The shop owner", "Our nurse", "The drummer", "My boss",
+               "The mayor", "My grandfather", "The new intern", "Our landlady", "The referee",
+               "My flatmate", "The head chef", "Her cousin", "The ferry captain", "Our vicar"),
 }
 METAPHORS = Dataset(
     name="metaphors",
@@ -543,6 +567,12 @@ METAPHORS = Dataset(
             "{person} is drowning in paperwork. <--> {person} has too many documents to handle.",
             "{person} got cold feet. <--> {person} became nervous and hesitated.",
             "{person} is a walking encyclopedia. <--> {person} knows a great many facts.",
+            "{person} has a green thumb. <--> {person} is good at growing plants.",
+            "{person} is on cloud nine. <--> {person} is extremely happy.",
+            "{person} spilled the beans. <--> {person} revealed a secret.",
+            "{person} is a couch potato. <--> {person} spends a lot of time sitting and watching TV.",
+            "{person} broke the ice. <--> {person} eased the tension at the start of the meeting.",
+            "{person} has butterflies in the stomach. <--> {person} feels nervous.",
         ),
         "incorrect": (
             "{person} is a rock. <--> {person} is made of stone.",
@@ -551,6 +581,12 @@ METAPHORS = Dataset(
             "{person} is drowning in paperwork. <--> {person} fell into a pool of water.",
             "{person} got cold feet. <--> {person} forgot to wear socks in winter.",
             "{person} is a walking encyclopedia. <--> {person} is a printed book on legs.",
+            "{person} has a green thumb. <--> {person} painted a finger green.",
+            "{person} is on cloud nine. <--> {person} is flying in an airplane.",
+            "{person} spilled the beans. <--> {person} knocked over a tin of beans.",
+            "{person} is a couch potato. <--> {person} is a vegetable lying on a sofa.",
+            "{person} broke the ice. <--> {person} smashed a frozen pond with a hammer.",
+            "{person} has butterflies in the stomach. <--> {person} swallowed some insects.",
         ),
     },
     fillers=_METAPHOR_FILLERS,
@@ -585,6 +621,8 @@ APP_REVIEWS = Dataset(
         ),
     },
     fillers=_APP_FILLERS,
+    tails=("", " (phone model: Pixel)", " - on Android 12", " via the store app", " #review", " :/",
+           " ...", " (3rd review)"),
     wrappers=("{}", "{}!", "Update: {}", "{} - edited after a week", "Honestly, {}", "{} (on my tablet)",
               "{}. Version 2.3", "After two months of use: {}"),
 )

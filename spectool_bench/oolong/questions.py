@@ -1,26 +1,36 @@
-"""OOLONG-synth questions for one window: every family, official tie rules and subsample.
+"""OOLONG-synth questions for one window, constructed as the official code constructs them.
 
-Sources: ``shared/reference/FACTS.md`` §4 (the question families of the official
-``task_constructors``, whose file is not in the stored snapshot of
-``abertsch72/oolong``), the official question wording quoted in public OOLONG runs
-("In the above data, which of the labels is the most common? Give your final answer
-in the form 'Label: answer' …"), and ``src/data_gen/oolong-synth/subsample.py``.
+Source: the official ``task_constructors.py`` (``CountingTasks``, ``UserTasks``,
+``TemporalTasks``; read in a public vendored copy of ``abertsch72/oolong``
+``src/data_gen/oolong-synth/``, whose stored snapshot here lacks the file), its
+``constants.py`` (six ``TASK_TYPE`` values, six ``ANSWER_TYPE`` values),
+``generate_dataset.py`` (order: counting, user, timeline) and ``subsample.py`` (the
+first 25 questions of each window). Question wording is the official text, carried
+over as data; the code is this project's own.
 
-Families are generated in the official order — counting, then user, then timeline —
-and inside a family one question per task in turn (round robin), so a window lists
-e.g. most/second/least common label, then every label pair, then every per-label count.
+* **Counting block** over an ordered ``{label: count}`` (``counting_block``): most
+  common label only when unique *and* more than 2% (of the block's lines) ahead of
+  every other label; least common always (gold lists every tied label; the scorer
+  reads the first); each label pair whose shares differ by more than 2% or are equal;
+  each label's count. Scoped copies replace "In the above data," with a
+  subset clause and use the labels present in the subset.
+* **User**: most / second-most represented user (dropped on ties); one user drawn from
+  the 50 most frequent (the official ``min(1, …)`` makes the "subset" one user) and a
+  counting block over that user's lines; per label (first-seen order): the user with
+  the most instances of it (dropped on ties) and "User A or User B?" between ranks
+  drawn from the label's top 10 (asked only when A leads by more than one).
+* **Timeline**: most / second-most frequent date (dropped on ties); "how many dates are
+  represented exactly n times" with n the 4th-ranked date's count, counted among the
+  50 most frequent dates, as the official code does; before/after-date share
+  comparisons (> 2% apart, or equal); a counting block over one month of any year and
+  one over a date range; per ordered label pair "first month X beats Y"
+  (``MONTH_YEAR``; the official loop inspects only the first month, so the question
+  exists only when X already beats Y there — kept as published) and "for how many
+  months X beats Y"; per label "for how many months X is the single most frequent".
 
-Tie rules (official): a "which label / user / date is the most …" question whose top
-is tied is dropped; a relative-frequency question whose two counts differ by at most
-2% (of the larger) is dropped unless they are equal ("same frequency").
-
-Subsample (``subsample.py``): the released set keeps the **first 25** generated
-questions of each window (its per-type filters compute a list that is never used),
-so for six-label trec_coarse the 25 are almost all counting questions, while two-label
-datasets reach the user and timeline families.
-
-Golds are stored as OOLONG stores them: ``repr([gold])``, dates as
-``"[datetime.date(Y, M, D)]"``, months as ``"['March 2023']"`` (type MONTH_YEAR, so the
+Months compare label *shares* within the month, as the official code does. Golds are
+stored as the string of the official answer list; dates as
+``"[datetime.date(Y, M, D)]"``; months as ``"['March 2023']"`` (type MONTH_YEAR, so the
 score never depends on today's date).
 """
 
@@ -30,7 +40,7 @@ import calendar
 import datetime
 import random
 from collections import Counter, defaultdict
-from itertools import combinations, zip_longest
+from itertools import combinations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,54 +54,257 @@ DATE = "ANSWER_TYPE.DATE"
 MONTH_YEAR = "ANSWER_TYPE.MONTH_YEAR"
 PAIRS = "ANSWER_TYPE.PAIRS"  # this project's own type for OOLONG-Pairs (scored by F1)
 
+MOST, LEAST, RELATIVE = "TASK_TYPE.MOST_FREQ", "TASK_TYPE.LEAST_FREQ", "TASK_TYPE.RELATIVE_FREQ"
+NUMERIC_ONE, SECOND, N_TIMES = ("TASK_TYPE.NUMERIC_ONE_CLASS", "TASK_TYPE.SECOND_MOST_FREQ",
+                                "TASK_TYPE.REPRESENTED_N_TIMES")
+
 SUBSAMPLE = 25  # subsample.py: this_window[:25]
-NEAR_TIE = 0.02  # relative-frequency questions within 2% are skipped unless equal
+GAP = 0.02  # share difference a comparison needs (unless exactly equal)
+TOP_USERS, TOP_LABEL_USERS, TOP_DATES = 50, 10, 50
 
-_NUM = " Give your final answer in the form 'Answer: number'."
+ABOVE = "In the above data,"
 _USR = " Give your final answer in the form 'User: [X]', where [X] is the user ID."
-_DAT = " Give your final answer in the form 'Date: [X]', where [X] is the date."
-
-
-def _lab_fmt(labels) -> str:
-    return (" Give your final answer in the form 'Label: answer' where answer is one of the "
-            "labels: " + ", ".join(labels) + ".")
-
-
-def _cmp_fmt(a: str, b: str) -> str:
-    return (f" Give your final answer in the form 'Answer: {a} is [X] {b}', where [X] is "
-            f"'more common than', 'less common than', or 'same frequency as'.")
-
-
-def unique_rank(counter: Counter, rank: int = 0, reverse: bool = True):
-    """The key at position ``rank`` of the count ordering, or None when its count is
-    shared with any other key (a tie at that rank) or the rank does not exist."""
-    items = sorted(counter.items(), key=lambda kv: kv[1], reverse=reverse)
-    if len(items) <= rank:
-        return None
-    value = items[rank][1]
-    return None if sum(1 for _, c in items if c == value) != 1 else items[rank][0]
-
-
-def relation(ca: int, cb: int) -> str | None:
-    """'more common than' / 'less common than' / 'same frequency as'; None for a near tie
-    (0 < |ca - cb| <= 2% of max)."""
-    if ca == cb:
-        return "same frequency as"
-    if abs(ca - cb) <= NEAR_TIE * max(ca, cb):
-        return None
-    return "more common than" if ca > cb else "less common than"
-
-
-def month_key(day: datetime.date) -> tuple[int, int]:
-    return day.year, day.month
-
-
-def month_name(key: tuple[int, int]) -> str:
-    return f"{calendar.month_name[key[1]]} {key[0]}"
 
 
 def fmt_day(day: datetime.date) -> str:
     return day.strftime("%b %d, %Y")
+
+
+def month_label(key: tuple[int, int]) -> str:
+    """(year, month) -> 'March 2023'."""
+    return f"{calendar.month_name[key[1]]} {key[0]}"
+
+
+def ranked(items) -> list[tuple[object, int]]:
+    """``(key, count)`` by count, descending; ties keep first-seen order (stable sort of a
+    Counter built in line order, as the official ``sorted(Counter(...).items())``)."""
+    return sorted(Counter(items).items(), key=lambda kv: kv[1], reverse=True)
+
+
+def closest_gap(counts: dict, key) -> float:
+    """Smallest share difference between ``key`` and any other label (1 when alone)."""
+    total = sum(counts.values())
+    gaps = [abs(counts[key] - c) / total for k, c in counts.items() if k != key]
+    return min(gaps, default=1.0)
+
+
+def counting_block(counts: dict, scope: dict, prefix: str = ABOVE) -> list[tuple]:
+    """The official ``CountingTasks`` over ordered ``counts``, with ``prefix`` in place of
+    "In the above data," for subsets. Returns question specs."""
+    out: list[tuple] = []
+    if not counts:
+        return out
+    names = ", ".join(counts)
+    total = sum(counts.values())
+    lab_fmt = (f" Give your final answer in the form 'Label: answer' where answer is one of the "
+               f"labels: {names}.")
+    top = max(counts.values())
+    tops = [k for k, c in counts.items() if c == top]
+    if len(tops) == 1 and closest_gap(counts, tops[0]) > GAP:
+        out.append(("most_common_label", MOST, f"{prefix} which of the labels is the most common?"
+                    + lab_fmt, tops, LABEL, dict(scope)))
+    low = min(counts.values())
+    out.append(("least_common_label", LEAST, f"{prefix} which of the labels is the least common?"
+                + lab_fmt, [k for k, c in counts.items() if c == low], LABEL, dict(scope)))
+    for a, b in combinations(counts, 2):
+        diff = (counts[a] - counts[b]) / total
+        if abs(diff) > GAP or diff == 0:
+            rel = ("more common than" if counts[a] > counts[b] else
+                   "less common than" if counts[a] < counts[b] else "same frequency as")
+            out.append(("compare_labels", RELATIVE,
+                        f"{prefix} is label '{a}' more common, less common, or the same frequency "
+                        f"as label '{b}'? Give your final answer in the form 'Answer: {a} is [X] "
+                        f"{b}', where [X] is 'more common than', 'less common than', or 'same "
+                        f"frequency as'.", [rel], COMPARISON, {**scope, "a": a, "b": b}))
+    for lab in counts:
+        out.append(("label_count", NUMERIC_ONE,
+                    f"{prefix} how many data points should be classified as label '{lab}'? Give "
+                    f"your final answer in the form 'Answer: number'.", [counts[lab]], NUMERIC,
+                    {**scope, "label": lab}))
+    return out
+
+
+def _ordered_counts(labels_in_order) -> dict:
+    return dict(Counter(labels_in_order))  # insertion order = first seen
+
+
+def user_block(inst, rng: random.Random) -> list[tuple]:
+    out: list[tuple] = []
+    top = ranked(i.user for i in inst)[:TOP_USERS]
+    if len(top) > 1 and top[0][1] > top[1][1]:
+        out.append(("most_represented_user", MOST, f"{ABOVE} which user is represented most often?"
+                    + _USR, [top[0][0]], USER, {}))
+        if len(top) == 2 or top[1][1] > top[2][1]:
+            out.append(("second_most_represented_user", SECOND,
+                        f"{ABOVE} which user is represented the second most often?" + _USR,
+                        [top[1][0]], USER, {}))
+    k = min(1, min(rng.randint(0, 10) + 10, int(len(top) * 0.8)))  # official: one user
+    chosen = [u for u, _ in rng.sample(top, k)]
+    if not chosen:
+        return out
+    ids = ", ".join(map(str, chosen))
+    sub = _ordered_counts(i.label for i in inst if i.user in chosen)
+    out += counting_block(sub, {"subset_users": chosen},
+                          f"For the following question, only consider the subset of instances that "
+                          f"are associated with user IDs {ids}. Among instances associated with "
+                          f"these users,")
+    for lab in dict.fromkeys(i.label for i in inst):
+        top_l = ranked(i.user for i in inst if i.label == lab)[:TOP_LABEL_USERS]
+        if len(top_l) > 1 and top_l[0][1] > top_l[1][1]:
+            out.append(("user_most_label", MOST, f"{ABOVE} which user has the most instances with "
+                        f"the label {lab}?" + _USR, [top_l[0][0]], USER, {"label": lab}))
+        end = min(9, len(top_l) - 1)
+        middle = 5 if end == 9 else end // 2
+        for _ in range(10):  # official patience
+            r1, r2 = rng.randint(0, middle), rng.randint(middle, end)
+            if top_l[r1][1] > top_l[r2][1] + 1:
+                a, b = top_l[r1][0], top_l[r2][0]
+                out.append(("user_a_or_b", RELATIVE, f"{ABOVE} which user has more instances with "
+                            f"the label {lab}: User {a} or User {b}?" + _USR, [a], USER,
+                            {"label": lab, "users": [a, b]}))
+                break
+    return out
+
+
+def timeline_block(inst, rng: random.Random) -> list[tuple]:
+    out: list[tuple] = []
+    dates = ranked(i.date for i in inst)[:TOP_DATES]
+    date_q = ("which date is represented {} often? Give your final answer in the form 'Date: [X]', "
+              "where [X] is the date in the format MM/DD/YYYY.")
+    if len(dates) == 1:
+        return [("most_frequent_date", MOST, f"{ABOVE} " + date_q.format("most"), [dates[0][0]],
+                 DATE, {})]
+    count = [c for _, c in dates] + [0, 0, 0]  # guards where the official code would crash
+    if count[0] > count[1]:
+        out.append(("most_frequent_date", MOST, f"{ABOVE} " + date_q.format("most"),
+                    [dates[0][0]], DATE, {}))
+        if count[1] > count[2]:
+            out.append(("second_most_frequent_date", SECOND,
+                        f"{ABOVE} " + date_q.format("the second most"), [dates[1][0]], DATE, {}))
+    if len(dates) >= 4:
+        n = count[3]
+        out.append(("dates_exactly_n", N_TIMES,
+                    f"{ABOVE} how many dates are represented exactly {n} times? Give your final "
+                    f"answer in the form 'Answer: [X]', where [X] is the number of dates "
+                    f"represented exactly {n} times.", [sum(1 for _, c in dates if c == n)],
+                    NUMERIC, {"n": n}))
+    by_date = sorted(inst, key=lambda i: i.date)
+    days = [i.date for i in by_date]
+    size = len(by_date)
+    out += _before_after(by_date, days, rng)
+    month_names = list(calendar.month_name)[1:]
+    mon, sub = 1, {}
+    for _ in range(21):  # first draw + official patience 20
+        mon = rng.randint(1, 12)
+        sub = _ordered_counts(i.label for i in inst if i.date.month == mon)
+        if sub:
+            break
+    name = month_names[mon - 1]
+    out += counting_block(sub, {"month": mon},
+                          f"For the following question, only consider the subset of instances that "
+                          f"occur in {name} of any year. Among instances occuring in {name},")
+    start = rng.randint(int(size * 0.1), int(size * 0.5))
+    while start > 0 and days[start - 1] == days[start]:
+        start -= 1
+    offset = 10
+    if size < 11:
+        offset = size // 2
+        if start + offset + 2 >= size:
+            offset = -1
+    if offset > 2:
+        end = min(rng.randint(start + offset, max(start + offset + 2, int(size * 0.9))), size - 1)
+        while end < size - 1 and days[end + 1] == days[end]:
+            end += 1
+        sub = _ordered_counts(i.label for i in by_date[start:end + 1])
+        out += counting_block(sub, {"start": days[start].isoformat(), "end": days[end].isoformat()},
+                              f"For the following question, only consider the subset of instances "
+                              f"that occur between {fmt_day(days[start])} and {fmt_day(days[end])}, "
+                              f"inclusive. Among instances occuring in this date range,")
+    out += _monthly(by_date)
+    return out
+
+
+def _before_after(by_date, days, rng: random.Random) -> list[tuple]:
+    """Official before/after comparison: label shares strictly before vs strictly after a
+    date drawn from the 15%..75% quantiles, retried (patience 10) until one differs > 2%."""
+    out: list[tuple] = []
+    size = len(by_date)
+    for _ in range(10):
+        point = rng.randint(int(size * 0.15), int(size * 0.75))
+        if point == size - 1:
+            point -= 2
+        point = max(point, 0)
+        cut = days[point]
+        lo, hi = point, point + 1
+        while lo > 0 and days[lo - 1] == cut:
+            lo -= 1
+        while hi < size and days[hi] == cut:
+            hi += 1
+        before = [i.label for i in by_date[:lo]]
+        after = [i.label for i in by_date[hi:]]
+        if not before or not after:  # the official code divides by zero here
+            continue
+        keys = list(dict.fromkeys(before))
+        rng.shuffle(keys)
+        made = False
+        for key in keys:
+            diff = before.count(key) / len(before) - after.count(key) / len(after)
+            if abs(diff) > GAP or diff == 0:
+                gold = "more common" if diff > 0 else "less common" if diff < 0 else "the same frequency"
+                out.append(("before_after", RELATIVE,
+                            f"{ABOVE} was label '{key}' more common, less common, or the same "
+                            f"frequency before {cut}, as compared to after {cut}? Give your final "
+                            f"answer in the form 'Answer: {key} is [X] before {cut}', where [X] is "
+                            f"'more common', 'less common', or 'the same frequency'.", [gold],
+                            COMPARISON, {"label": key, "cut": cut.isoformat()}))
+                made = made or diff != 0
+        if made:
+            break
+    return out
+
+
+def _monthly(by_date) -> list[tuple]:
+    """Per-month label shares (chronological) and the three month questions."""
+    per: dict[tuple[int, int], Counter] = defaultdict(Counter)
+    for i in by_date:
+        per[(i.date.year, i.date.month)][i.label] += 1
+    share = {m: {k: v / sum(c.values()) for k, v in c.items()} for m, c in per.items()}
+    labels = list(dict.fromkeys(i.label for i in by_date))
+    months = list(share)
+    out: list[tuple] = []
+    for x in labels:
+        for y in labels:
+            if x != y and share[months[0]].get(x, 0.0) > share[months[0]].get(y, 0.0):
+                out.append(("first_month_beats", RELATIVE,
+                            f"In which month did the label '{x} first occur more often than the "
+                            f"label '{y}'? Give your final answer in the form 'Answer: [month] "
+                            f"[year]', where [month] is the name of the month and [year] is the "
+                            f"four-digit year where '{x}' first occured more often than '{y}.'",
+                            [month_label(months[0])], MONTH_YEAR, {"x": x, "y": y}))
+    for x in labels:
+        for y in labels:
+            if x != y:
+                n = sum(1 for m in months if share[m].get(x, 0.0) > share[m].get(y, 0.0))
+                out.append(("months_beats_count", RELATIVE,
+                            f"For how many months does the label '{x}' occur more frequently than "
+                            f"the label '{y}'? Disregard months where there is a tie.  Give your "
+                            f"final answer in the form 'Answer: [X]', where [X] is the number of "
+                            f"months where '{x}' occurs more often than '{y}.'", [n], NUMERIC,
+                            {"x": x, "y": y}))
+    for x in labels:
+        n = sum(1 for m in months
+                if all(v < share[m].get(x, 0.0) for k, v in share[m].items() if k != x))
+        out.append(("months_single_most", MOST,
+                    f"For how many months is the label '{x}' the single most frequently occuring "
+                    f"label? Disregard months where there is a tie for the most common label.  "
+                    f"Give your final answer in the form 'Answer: [X]', where [X] is the number of "
+                    f"months where '{x}' is the most common label.", [n], NUMERIC, {"label": x}))
+    return out
+
+
+def store(gold: list) -> str:
+    """The stored answer string: ``str(list)`` (dates as ``datetime.date(...)`` reprs)."""
+    return "[" + ", ".join(repr(g) for g in gold) + "]"
 
 
 def make_questions(window: Window, rng: random.Random) -> list[Question]:
@@ -99,185 +312,17 @@ def make_questions(window: Window, rng: random.Random) -> list[Question]:
     from .generator import Question
 
     inst = window.instances
-    labels = list(window.labels)
-    by_label = Counter({lab: 0 for lab in labels})
-    by_label.update(i.label for i in inst)
-    by_user = Counter(i.user for i in inst)
-    out: list[Question] = []
-
-    def q(group, task, task_type, text, gold, answer_type, **params):
-        if isinstance(gold, datetime.date):
-            answer = f"[{gold!r}]"
-        else:
-            answer = repr([gold])
-        return (group, task, task_type, text, answer, answer_type, params)
-
-    # ---- counting -----------------------------------------------------------------
-    counting: list[list] = [[], [], [], [], []]
-    top = unique_rank(by_label)
-    if top is not None:
-        counting[0].append(q("counting", "most_common_label", "TASK_TYPE.MOST_FREQ",
-                             "In the above data, which of the labels is the most common?"
-                             + _lab_fmt(labels), top, LABEL))
-    if len(labels) >= 3:
-        second = unique_rank(by_label, 1)
-        if second is not None:
-            counting[1].append(q("counting", "second_most_common_label",
-                                 "TASK_TYPE.SECOND_MOST_FREQ",
-                                 "In the above data, which of the labels is the second most "
-                                 "common?" + _lab_fmt(labels), second, LABEL))
-    low = unique_rank(by_label, reverse=False)
-    if low is not None:
-        counting[2].append(q("counting", "least_common_label", "TASK_TYPE.LEAST_FREQ",
-                             "In the above data, which of the labels is the least common?"
-                             + _lab_fmt(labels), low, LABEL))
-    for a, b in combinations(labels, 2):
-        rel = relation(by_label[a], by_label[b])
-        if rel is not None:
-            counting[3].append(q("counting", "compare_labels", "TASK_TYPE.RELATIVE_FREQ",
-                                 f"In the above data, is label '{a}' more common, less common, or "
-                                 f"the same frequency as label '{b}'?" + _cmp_fmt(a, b),
-                                 rel, COMPARISON, a=a, b=b))
-    for lab in labels:
-        counting[4].append(q("counting", "label_count", "TASK_TYPE.NUMERIC_ONE_CLASS",
-                             f"In the above data, how many data points should be classified as "
-                             f"label '{lab}'?" + _NUM, by_label[lab], NUMERIC, label=lab))
-    spec = [x for fam in counting for x in fam]  # counting: task after task
-
-    # ---- user ---------------------------------------------------------------------
-    user: list[list] = [[] for _ in range(6)]
-    top_u = unique_rank(by_user)
-    if top_u is not None:
-        user[0].append(q("user", "most_represented_user", "TASK_TYPE.MOST_FREQ",
-                         "In the above data, which user is represented most often?" + _USR,
-                         top_u, USER))
-    sec_u = unique_rank(by_user, 1)
-    if sec_u is not None and top_u is not None:
-        user[0].append(q("user", "second_most_represented_user", "TASK_TYPE.SECOND_MOST_FREQ",
-                         "In the above data, which user is represented second most often?" + _USR,
-                         sec_u, USER))
-    frequent = [u for u, _ in by_user.most_common(max(2, len(by_user) // 10))]
-    for lab in labels:
-        per = Counter(i.user for i in inst if i.label == lab)
-        best = unique_rank(per)
-        if best is not None:
-            user[1].append(q("user", "user_most_label", "TASK_TYPE.MOST_FREQ",
-                             f"In the above data, which user has the most instances with the "
-                             f"label '{lab}'?" + _USR, best, USER, label=lab))
-        a, b = sorted(rng.sample(frequent, 2))
-        ca = sum(1 for i in inst if i.label == lab and i.user == a)
-        cb = sum(1 for i in inst if i.label == lab and i.user == b)
-        if ca != cb:
-            user[2].append(q("user", "user_a_or_b", "TASK_TYPE.RELATIVE_FREQ",
-                             f"In the above data, which user has more instances with the label "
-                             f"'{lab}': User {a} or User {b}?" + _USR, a if ca > cb else b, USER,
-                             label=lab, users=[a, b]))
-        subset = sorted(rng.sample(frequent, min(len(frequent), rng.randint(2, 5))))
-        cnt = sum(1 for i in inst if i.label == lab and i.user in subset)
-        user[3].append(q("user", "user_subset_count", "TASK_TYPE.NUMERIC_ONE_CLASS",
-                         f"For the following question, only consider the subset of instances "
-                         f"that are associated with user IDs {', '.join(map(str, subset))}. Among "
-                         f"instances associated with these users, how many data points should "
-                         f"be classified as label '{lab}'?" + _NUM, cnt, NUMERIC,
-                         label=lab, users=subset))
-    for a, b in combinations(labels, 2):
-        subset = sorted(rng.sample(frequent, min(len(frequent), rng.randint(2, 5))))
-        sub = Counter(i.label for i in inst if i.user in subset)
-        rel = relation(sub[a], sub[b])
-        if rel is not None:
-            user[4].append(q("user", "user_subset_compare", "TASK_TYPE.RELATIVE_FREQ",
-                             f"For the following question, only consider the subset of instances "
-                             f"that are associated with user IDs {', '.join(map(str, subset))}. "
-                             f"Among instances associated with these users, is label '{a}' more "
-                             f"common, less common, or the same frequency as label '{b}'?"
-                             + _cmp_fmt(a, b), rel, COMPARISON, a=a, b=b, users=subset))
-    spec += _round_robin(user)
-
-    # ---- timeline -----------------------------------------------------------------
-    tl: list[list] = [[] for _ in range(10)]
-    days = sorted({i.date for i in inst})
-    per_month: dict[tuple[int, int], Counter] = defaultdict(Counter)
-    for i in inst:
-        per_month[month_key(i.date)][i.label] += 1
-    months = sorted(per_month)
-    for lab in labels:
-        cut = rng.choice(days)
-        before = sum(1 for i in inst if i.label == lab and i.date < cut)
-        after = sum(1 for i in inst if i.label == lab and i.date >= cut)
-        rel = relation(before, after)
-        if rel is not None:
-            gold = {"more common than": "more common", "less common than": "less common",
-                    "same frequency as": "the same frequency"}[rel]
-            tl[0].append(q("timeline", "before_after", "TASK_TYPE.RELATIVE_FREQ",
-                           f"In the above data, is label '{lab}' more common, less common, or the "
-                           f"same frequency among instances dated before {fmt_day(cut)} as among "
-                           f"instances dated on or after {fmt_day(cut)}? Give your final answer in "
-                           f"the form 'Answer: [X]', where [X] is 'more common', 'less common', "
-                           f"or 'the same frequency'.", gold, COMPARISON, label=lab,
-                           cut=cut.isoformat()))
-        mon = rng.randint(1, 12)
-        tl[1].append(q("timeline", "month_count", "TASK_TYPE.NUMERIC_ONE_CLASS",
-                       f"For the following question, only consider the subset of instances that "
-                       f"occur in {calendar.month_name[mon]} of any year. Among these instances, "
-                       f"how many data points should be classified as label '{lab}'?" + _NUM,
-                       sum(1 for i in inst if i.label == lab and i.date.month == mon), NUMERIC,
-                       label=lab, month=mon))
-        d1, d2 = sorted(rng.sample(days, 2))
-        tl[2].append(q("timeline", "range_count", "TASK_TYPE.NUMERIC_ONE_CLASS",
-                       f"For the following question, only consider the subset of instances that "
-                       f"occur between {fmt_day(d1)} and {fmt_day(d2)} (inclusive). Among these "
-                       f"instances, how many data points should be classified as label "
-                       f"'{lab}'?" + _NUM,
-                       sum(1 for i in inst if i.label == lab and d1 <= i.date <= d2), NUMERIC,
-                       label=lab, start=d1.isoformat(), end=d2.isoformat()))
-        single = sum(1 for m in months if unique_rank(per_month[m]) == lab)
-        tl[3].append(q("timeline", "months_single_most", "TASK_TYPE.MONTH_IS_MOST_FREQ",
-                       f"In the above data, for how many months (each month of each year counted "
-                       f"separately) is '{lab}' the single most frequent label, with more "
-                       f"instances than every other label?" + _NUM, single, NUMERIC, label=lab))
-    by_date = Counter(i.date for i in inst)
-    top_d = unique_rank(by_date)
-    if top_d is not None:
-        tl[4].append(q("timeline", "most_frequent_date", "TASK_TYPE.MOST_FREQ",
-                       "In the above data, which date appears most often?" + _DAT, top_d, DATE))
-        sec_d = unique_rank(by_date, 1)
-        if sec_d is not None:
-            tl[4].append(q("timeline", "second_most_frequent_date", "TASK_TYPE.SECOND_MOST_FREQ",
-                           "In the above data, which date appears second most often?" + _DAT,
-                           sec_d, DATE))
-    hist = Counter(by_date.values())
-    for n in (1, 2, 3):
-        tl[5].append(q("timeline", "dates_exactly_n", "TASK_TYPE.REPRESENTED_N_TIMES",
-                       f"In the above data, how many distinct dates appear on exactly {n} "
-                       f"line{'s' if n > 1 else ''}?" + _NUM, hist.get(n, 0), NUMERIC, n=n))
-    pairs = [(x, y) for x in labels for y in labels if x != y]
-    rng.shuffle(pairs)
-    for x, y in pairs[:len(labels)]:
-        firsts = [m for m in months if per_month[m][x] > per_month[m][y]]
-        if firsts:
-            tl[6].append(q("timeline", "first_month_beats", "TASK_TYPE.MONTH_FIRST_EXCEEDS",
-                           f"In the above data, what is the first month (month and year) in which "
-                           f"there are more instances with label '{x}' than with label '{y}'? Give "
-                           f"your final answer in the form 'Answer: [X]', where [X] is the month "
-                           f"and year, for example 'March 2023'.", month_name(firsts[0]),
-                           MONTH_YEAR, x=x, y=y))
-        tl[7].append(q("timeline", "months_beats_count", "TASK_TYPE.MONTH_COUNT_EXCEEDS",
-                       f"In the above data, for how many months (each month of each year counted "
-                       f"separately) are there more instances with label '{x}' than with label "
-                       f"'{y}'?" + _NUM, sum(1 for m in months if per_month[m][x] > per_month[m][y]),
-                       NUMERIC, x=x, y=y))
-    spec += _round_robin(tl)
-
+    counts = {lab: 0 for lab in window.labels}
+    counts.update(Counter(i.label for i in inst))
+    groups = (("counting", counting_block(counts, {})), ("user", user_block(inst, rng)),
+              ("timeline", timeline_block(inst, rng)))
     prefix = f"{window.dataset}-{window.context_tokens}-{window.seed}"
-    for k, (group, task, task_type, text, answer, answer_type, params) in enumerate(spec):
-        out.append(Question(f"{prefix}-{k:03d}-{task}", group, task, text, answer, answer_type,
-                            params, task_type))
+    out = []
+    for group, specs in groups:
+        for task, task_type, text, gold, answer_type, params in specs:
+            out.append(Question(f"{prefix}-{len(out):03d}-{task}", group, task, text, store(gold),
+                                answer_type, params, task_type))
     return out
-
-
-def _round_robin(families: list[list]) -> list:
-    """One question per family in turn: [f0[0], f1[0], …, f0[1], f1[1], …]."""
-    return [x for row in zip_longest(*families) for x in row if x is not None]
 
 
 def official_subsample(questions: list[Question]) -> list[Question]:

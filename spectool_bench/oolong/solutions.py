@@ -38,24 +38,40 @@ _LINES = ("rows = []\n"
           "    rows.append((d[6:], int(u[6:])))\n")
 
 
+def _scope(p: dict) -> str:
+    """Code for ``rows``: the records a scoped counting question looks at."""
+    if "subset_users" in p:
+        return f"rows = [r for r in records if r[1] in {set(p['subset_users'])!r}]\n"
+    if "month" in p:
+        return f"rows = [r for r in records if ymd(r[0])[1] == {p['month']}]\n"
+    if "start" in p:
+        s = tuple(int(x) for x in p["start"].split("-"))
+        e = tuple(int(x) for x in p["end"].split("-"))
+        return (f"rows = sorted((r for r in records if {s!r} <= ymd(r[0]) <= {e!r}), "
+                f"key=lambda r: ymd(r[0]))\n")
+    return "rows = records\n"
+
+
 def solution_code(q: Question, labels: tuple[str, ...]) -> str:
     """Code that sets ``result`` (the answer text) for question ``q``."""
     p, t = q.params, q.task
     lab = repr(p.get("label"))
-    labs = repr(list(labels))
-    counts = f"counts = {{x: 0 for x in {labs}}}\ncounts.update(tally(l for _, _, l in records))\n"
+    scoped = bool({"subset_users", "month", "start"} & set(p))
+    # label order = the question's label order: header order, or first seen in the subset
+    counts = ("counts = tally(l for _, _, l in rows)\n" if scoped else
+              f"counts = {{x: 0 for x in {list(labels)!r}}}\nfor _, _, l in rows:\n"
+              "    counts[l] = counts.get(l, 0) + 1\n")
     body: str
     if t == "most_common_label":
-        body = counts + "result = 'Label: ' + ranked(counts, 0)\n"
-    elif t == "second_most_common_label":
-        body = counts + "result = 'Label: ' + ranked(counts, 1)\n"
+        body = _scope(p) + counts + "result = 'Label: ' + ranked(counts, 0)\n"
     elif t == "least_common_label":
-        body = counts + "result = 'Label: ' + ranked(counts, 0, low=True)\n"
+        body = _scope(p) + counts + "result = 'Label: ' + ranked(counts, 0, low=True)\n"
     elif t == "compare_labels":
-        body = counts + (f"result = 'Answer: ' + {p['a']!r} + ' is ' + rel(counts[{p['a']!r}], "
-                         f"counts[{p['b']!r}]) + ' ' + {p['b']!r}\n")
+        body = _scope(p) + counts + (
+            f"result = 'Answer: ' + {p['a']!r} + ' is ' + rel(counts.get({p['a']!r}, 0), "
+            f"counts.get({p['b']!r}, 0)) + ' ' + {p['b']!r}\n")
     elif t == "label_count":
-        body = counts + f"result = 'Answer: ' + str(counts[{lab}])\n"
+        body = _scope(p) + counts + f"result = 'Answer: ' + str(counts.get({lab}, 0))\n"
     elif t in ("most_represented_user", "second_most_represented_user"):
         k = 0 if t == "most_represented_user" else 1
         body = _LINES + f"result = 'User: ' + str(ranked(tally(u for _, u in rows), {k}))\n"
@@ -65,50 +81,39 @@ def solution_code(q: Question, labels: tuple[str, ...]) -> str:
         a, b = p["users"]
         body = (f"c = tally(u for _, u, l in records if l == {lab} and u in ({a}, {b}))\n"
                 f"result = 'User: ' + str({a} if c.get({a}, 0) > c.get({b}, 0) else {b})\n")
-    elif t == "user_subset_count":
-        body = (f"n = sum(1 for _, u, l in records if l == {lab} and u in {set(p['users'])!r})\n"
-                "result = 'Answer: ' + str(n)\n")
-    elif t == "user_subset_compare":
-        body = (f"c = tally(l for _, u, l in records if u in {set(p['users'])!r})\n"
-                f"result = 'Answer: ' + {p['a']!r} + ' is ' + rel(c.get({p['a']!r}, 0), "
-                f"c.get({p['b']!r}, 0)) + ' ' + {p['b']!r}\n")
     elif t == "before_after":
         cut = tuple(int(x) for x in p["cut"].split("-"))
         body = (f"cut = {cut!r}\n"
-                f"b = sum(1 for d, _, l in records if l == {lab} and ymd(d) < cut)\n"
-                f"a = sum(1 for d, _, l in records if l == {lab} and ymd(d) >= cut)\n"
-                "result = 'Answer: ' + ('more common' if b > a else ('less common' if b < a "
+                "before = [l for d, _, l in records if ymd(d) < cut]\n"
+                "after = [l for d, _, l in records if ymd(d) > cut]\n"
+                f"diff = before.count({lab}) / len(before) - after.count({lab}) / len(after)\n"
+                "result = 'Answer: ' + ('more common' if diff > 0 else ('less common' if diff < 0 "
                 "else 'the same frequency'))\n")
-    elif t == "month_count":
-        body = (f"n = sum(1 for d, _, l in records if l == {lab} and ymd(d)[1] == {p['month']})\n"
-                "result = 'Answer: ' + str(n)\n")
-    elif t == "range_count":
-        s = tuple(int(x) for x in p["start"].split("-"))
-        e = tuple(int(x) for x in p["end"].split("-"))
-        body = (f"n = sum(1 for d, _, l in records if l == {lab} and {s!r} <= ymd(d) <= {e!r})\n"
-                "result = 'Answer: ' + str(n)\n")
     elif t in ("months_single_most", "months_beats_count", "first_month_beats"):
         body = ("per = {}\n"
                 "for d, _, l in records:\n"
                 "    c = per.setdefault(ymd(d)[:2], {})\n"
-                "    c[l] = c.get(l, 0) + 1\n")
+                "    c[l] = c.get(l, 0) + 1\n"
+                "share = {m: {k: v / sum(c.values()) for k, v in c.items()} for m, c in per.items()}\n")
         if t == "months_single_most":
-            body += (f"def single(c):\n"
-                     f"    best = max(c.values())\n"
-                     f"    return [x for x in c if c[x] == best] == [{lab}]\n"
-                     f"result = 'Answer: ' + str(sum(1 for m in per if single(per[m])))\n")
+            body += (f"def single(s):\n"
+                     f"    mine = s.get({lab}, 0.0)\n"
+                     f"    return all(v < mine for k, v in s.items() if k != {lab})\n"
+                     f"result = 'Answer: ' + str(sum(1 for m in share if single(share[m])))\n")
         else:
-            body += (f"hits = sorted(m for m in per if per[m].get({p['x']!r}, 0) > "
-                     f"per[m].get({p['y']!r}, 0))\n")
+            body += (f"hits = sorted(m for m in share if share[m].get({p['x']!r}, 0.0) > "
+                     f"share[m].get({p['y']!r}, 0.0))\n")
             body += ("result = 'Answer: ' + str(len(hits))\n" if t == "months_beats_count" else
                      "result = 'Answer: ' + (FULL[hits[0][1] - 1] + ' ' + str(hits[0][0]) "
                      "if hits else 'none')\n")
     elif t in ("most_frequent_date", "second_most_frequent_date"):
         k = 0 if t == "most_frequent_date" else 1
-        body = _LINES + f"result = 'Date: ' + iso(ymd(ranked(tally(d for d, _ in rows), {k})))\n"
+        body = _LINES + (f"y, m, d = ymd(ranked(tally(d for d, _ in rows), {k}))\n"
+                         "result = 'Date: %02d/%02d/%04d' % (m, d, y)\n")
     elif t == "dates_exactly_n":
         body = _LINES + ("c = tally(d for d, _ in rows)\n"
-                         f"result = 'Answer: ' + str(sum(1 for d in c if c[d] == {p['n']}))\n")
+                         "top = sorted(c, key=lambda x: c[x], reverse=True)[:50]\n"
+                         f"result = 'Answer: ' + str(sum(1 for d in top if c[d] == {p['n']}))\n")
     elif t.startswith("pairs_task_"):
         body = _pairs_code(p["task"])
     else:

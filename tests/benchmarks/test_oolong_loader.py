@@ -35,7 +35,7 @@ def test_synth_parquet_round_trip(tmp_path, windows):
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "validation-00000-of-00001.parquet")
     loaded = load_windows(tmp_path)
     assert [w.seed for w in loaded] == [7, 8]
-    for got, src in zip(loaded, windows):
+    for got, src in zip(loaded, windows, strict=True):
         assert got.context == src.context and got.context_tokens == 8192
         assert [q.answer for q in got.questions] == [q.answer for q in src.questions]
         assert len(got.instances) == len(src.instances)
@@ -61,10 +61,15 @@ def test_real_and_pairs_files(tmp_path):
                                 "DM: roll for initiative", "question": "How many rolls?",
                                 "answer": "12", "question_type": "rolls", "episodes": [1],
                                 "campaign": "campaign1"}) + "\n")
+    with real.open("a") as f:
+        f.write(json.dumps({"id": "a2", "context_window_id": "c1", "context_window_text":
+                            "DM: roll for initiative", "question": "Which spells?",
+                            "answer": ["Fireball", "Shield"], "question_type": "spells"}) + "\n")
     (w,) = load_windows(real)
-    q = w.questions[0]
+    q, q2 = w.questions
     assert q.answer_type == "ANSWER_TYPE.REAL" and not w.instances
     assert score(r"\boxed{12}", q.answer, q.answer_type) == 1.0
+    assert score(r"\boxed{Fireball, Shield}", q2.answer, q2.answer_type) == 1.0
     pairs = tmp_path / "pairs.json"
     pairs.write_text(json.dumps({"tasks": [{"question": "In the above data, list all pairs of "
                                             "user IDs ...", "answer": [[5, 3], [1, 2]],

@@ -54,7 +54,8 @@ def _brute(task, records):
         return all((d > task.after) if task.after else (d < task.before) for d in ds)
 
     def role(r, u):
-        return all(cnt(u, lab) >= k for lab, k in r.at_least) and all(cnt(u, lab) == k for lab, k in r.exactly)
+        return (all(cnt(u, lab) >= k for lab, k in r.at_least)
+                and all(cnt(u, lab) == k for lab, k in r.exactly))
 
     out = []
     for i, a in enumerate(users):
@@ -62,7 +63,8 @@ def _brute(task, records):
             if task.role_p is None:
                 ok = sym_ok(a) and sym_ok(b)
             else:
-                ok = (role(task.role_p, a) and role(task.role_q, b)) or (role(task.role_p, b) and role(task.role_q, a))
+                p, q = task.role_p, task.role_q
+                ok = (role(p, a) and role(q, b)) or (role(p, b) and role(q, a))
             if ok:
                 out.append((a, b))
     return out
@@ -99,3 +101,16 @@ def test_f1_scores_the_printed_template(window):
 def test_pairs_need_trec_labels():
     with pytest.raises(ValueError, match="trec_coarse"):
         generate_window("spam", 8192, 0).pairs_questions()
+
+
+def test_brute_force_check_catches_a_wrong_rule():
+    """Negative control: reading task 11's "exactly one" as "at least one" changes the gold."""
+    import dataclasses
+
+    from spectool_bench.oolong.pairs import Role
+
+    w = generate_window("trec_coarse", 8192, 1)
+    records = [(i.date, i.user, i.label) for i in w.instances]
+    task = TASKS[10]
+    wrong = dataclasses.replace(task, role_q=Role(at_least=task.role_q.exactly))
+    assert gold_pairs(wrong, records) != _brute(task, records)

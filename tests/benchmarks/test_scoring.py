@@ -104,7 +104,8 @@ VALUES = ["entity", "Entity", "ENTITY", "description and abstract concept", "Tru
           "spam", "ham", "44436", "44437", "50213", "7", "17", "6", "9", "28", "0", "-3", "12",
           "12.0", " 7", "seven", "more common than", "less common than", "same frequency as",
           "More Common Than", "more common", "the same frequency", "2023-05-01", "May 1, 2023",
-          "01/05/2023", "05/01/2023", "2023-05-01 12:30", "2023-05-01 9am", "May 1 2023 5pm", "2023-05-01T00:00:00Z",
+          "01/05/2023", "05/01/2023", "2023-05-01 12:30", "2023-05-01 9am", "May 1 2023 5pm",
+          "2023-05-01T00:00:00Z",
           "2024-12-31", "Dec 31, 2024", "May 2023", "March 2023", "march 2023", "January 2025",
           "not sure", "", "N/A", "label entity is the answer"]
 PREFIXES = ["", "Answer: ", "Label: ", "User: ", "Date: ", "**Answer:** ", "Answer: [",
@@ -239,3 +240,23 @@ def test_real_rows_use_the_dnd_rubric():
     assert score(r"so \boxed{12}", "12", "ANSWER_TYPE.REAL") == 1.0
     assert score(r"\boxed{10}", "12", "ANSWER_TYPE.REAL") == pytest.approx(0.75 ** 2)
     assert score("12", "12", "ANSWER_TYPE.REAL") == 0.0
+
+
+@pytest.mark.parametrize("ours,ref", [(score_official, ref_official), (score_lenient, ref_lenient)],
+                         ids=["official", "lenient"])
+def test_differential_on_arbitrary_text(ours, ref):
+    """Random text (any unicode, colons, brackets, digits) around each gold type."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    pieces = st.sampled_from(["Answer:", "Label:", ":", "*", "[", "]", " ", "\n", "7", "٣", "+7",
+                              "2023-05-01", "more common", "less common than", "entity"])
+    text = st.lists(st.one_of(st.text(max_size=6), pieces), max_size=8).map("".join)
+
+    @settings(max_examples=150, deadline=None, derandomize=True)
+    @given(text, st.sampled_from(GOLDS))
+    def check(output, gold):
+        ok, info = _agree(ours, ref, (output, *gold))
+        assert ok, info
+
+    check()
