@@ -1,5 +1,6 @@
 """The ``spectool`` command line.
 
+    spectool replay LOG [--out DIR] [--rate TOK_S] [--latency S] [--time-scale X]
     spectool bench oolong [--out DIR] [--modes baseline lazy spec] [--concurrency 1 4]
                           [--repeats N] [--seed S ...] [--context-tokens 8192 ...]
                           [--decoding vanilla speculative] [--shapes ...]
@@ -91,6 +92,24 @@ def build_parser() -> argparse.ArgumentParser:
     oo.add_argument("--max-turns", type=_positive_int, default=6)
     oo.add_argument("--no-plots", action="store_true")
     oo.add_argument("--no-progress", action="store_true")
+    rp = sub.add_parser(
+        "replay", help="what-if replay of your own agent log through baseline / lazy / spec",
+        description="Replay an agent log (OpenAI chat-completions messages, JSON or JSONL, "
+                    "or spectool's replay JSONL) through baseline, lazy and spec with "
+                    "SIMULATED tools (recorded or modelled latencies). See spectool.replay.")
+    rp.add_argument("log", type=Path, help="the log file")
+    rp.add_argument("--out", type=Path, default=None,
+                    help="folder for replay.json, table.txt and timeline.png")
+    rp.add_argument("--rate", type=_positive_float, default=50.0,
+                    help="model tokens per second when the log records none (default 50)")
+    rp.add_argument("--latency", type=_positive_float, default=2.0,
+                    help="seconds per sub-call when the log records none (default 2)")
+    rp.add_argument("--time-scale", type=_positive_float, default=1.0,
+                    help="real seconds per log second (e.g. 0.1 replays 10x faster)")
+    rp.add_argument("--context", type=Path, default=None,
+                    help="a file whose text is the REPL's `context` (default: from the log)")
+    rp.add_argument("--tool", action="append", default=None,
+                    help="another speculatable one-argument tool the cells call (repeatable)")
     return parser
 
 
@@ -126,6 +145,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwrote {Path(cfg.out) / 'oolong.json'}"
               + "".join(f"\nwrote {p}" for p in report.get("plots", [])))
         return 0
+    if args.command == "replay":
+        from spectool.replay import ReplayError, main as replay_main
+
+        try:
+            return replay_main(args)
+        except (ReplayError, OSError, UnicodeDecodeError) as exc:
+            parser.error(str(exc))
     parser.error("unknown command")  # pragma: no cover
     return 2
 
