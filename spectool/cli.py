@@ -80,7 +80,16 @@ def build_parser() -> argparse.ArgumentParser:
     oo.add_argument("--accuracy", type=float, default=0.95,
                     help="simulated sub-model: probability each label is right")
     oo.add_argument("--root-model", default=None, help="litellm model string for the root model")
-    oo.add_argument("--sub-model", default=None, help="litellm model string for the sub-model")
+    oo.add_argument("--sub-model", default=None,
+                    help="litellm model string for the sub-model; 'local' starts the project's "
+                         "own token-tier server (token_spec serve) and prints the 2x2 table "
+                         "token speculation x tool speculation (root model simulated)")
+    oo.add_argument("--token-spec", default="ngram", choices=["ngram", "suffix", "draft"],
+                    help="with --sub-model local: the speculative method of the 'on' server")
+    oo.add_argument("--gamma", type=_positive_int, default=4,
+                    help="with --sub-model local: draft length of the 'on' server")
+    oo.add_argument("--sub-max-tokens", type=_positive_int, default=24,
+                    help="with --sub-model local: max_tokens per sub-call")
     oo.add_argument("--max-questions", type=_positive_int, default=None,
                     help="with --root-model: questions per window (default: all)")
     oo.add_argument("--api-base", default=None,
@@ -122,6 +131,18 @@ def main(argv: list[str] | None = None) -> int:
 
         if not 0.0 <= args.accuracy <= 1.0:
             parser.error(f"--accuracy must be within 0..1, got {args.accuracy}")
+        if args.sub_model == "local":
+            if args.root_model is not None:
+                parser.error("--sub-model local keeps the root model simulated; "
+                             "drop --root-model")
+            from spectool_bench.two_tier import TwoTierConfig, main_two_tier
+
+            report = main_two_tier(TwoTierConfig(
+                token_method=args.token_spec, gamma=args.gamma, repeats=max(2, args.repeats),
+                max_tokens=args.sub_max_tokens, context_tokens=min(args.context_tokens),
+                seed=args.seed[0]))
+            print(report["table"])
+            return 0
         real = args.root_model is not None or args.sub_model is not None
         cfg = BenchConfig(
             out=args.out, modes=tuple(dict.fromkeys(args.modes)),
