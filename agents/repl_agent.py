@@ -13,10 +13,13 @@ user message. A run ends when the model
 * writes ``FINAL(...)`` / ``FINAL_VAR(...)`` on a line of plain text outside the
   cells (the older RLM convention),
 
-or after ``max_turns`` turns. The namespace holds ``context``, ``llm_query(prompt)``
-and ``llm_query_batched(prompts)`` (speculatable, ``speculate="pure"``; the batched
-form is speculated per element), optionally ``rlm_query(prompt, context)`` (a
-recursive sub-agent: never speculated), plus any extra tools given.
+or after ``max_turns`` turns. The namespace holds ``context`` and the tools of the
+harness convention (``harness=``: ``"rlm"``: ``llm_query``, ``llm_query_batched``,
+``FINAL``, ``FINAL_VAR``; ``"verifiers"``: ``llm_query``, ``llm_batch(prompts, **kw)``
+and the ``answer`` dict; ``"both"``, the default: all of them; see
+``spectool_agents.harnesses``). The sub-calls are speculatable (``speculate="pure"``;
+batched forms are speculated per element), optionally ``rlm_query(prompt, context)``
+(a recursive sub-agent: never speculated), plus any extra tools given.
 
 ``mode`` is the runtime's: ``"baseline"`` | ``"lazy"`` | ``"spec"``. For a given
 model script every mode yields the same answers, outputs and namespace; only the
@@ -35,6 +38,7 @@ from typing import Any
 import anyio
 import spectool
 
+from .harnesses import HARNESSES, harness_tools
 from .models import Model, SubModel
 from .wrapping import tee
 
@@ -55,8 +59,7 @@ you see what they print (at most {output_limit} characters per turn).
 Available in the REPL:
 - `context`: the input text.
 - `llm_query(prompt: str) -> str`: ask a sub-model (it can read about 100K characters).
-- `llm_query_batched(prompts: list[str]) -> list[str]`: many independent sub-model \
-queries at once; much faster than a loop of `llm_query`.
+{harness_tools}\
 {extra_tools}\
 - `answer`: a dict `{{"content": "", "ready": False}}`. To finish, set \
 `answer = {{"content": <your answer>, "ready": True}}`, or call `FINAL(text)`, or \
@@ -192,6 +195,7 @@ class ReplAgent:
         batch_concurrency: int = 16,
         recursive_model: Model | None = None,
         max_depth: int = 1,
+        harness: str = "both",
         _depth: int = 0,
         **runtime_kwargs: Any,
     ) -> None:
@@ -199,6 +203,9 @@ class ReplAgent:
             if not hasattr(root_model, "complete"):
                 raise TypeError("sub_model is required when the root model has no complete()")
             sub_model = root_model  # type: ignore[assignment]
+        if harness not in HARNESSES:
+            raise ValueError(f"unknown harness {harness!r}; choose from {sorted(HARNESSES)}")
+        self.harness = harness
         self.root_model = root_model
         self.sub_model = sub_model
         self.mode = mode
@@ -215,46 +222,15 @@ class ReplAgent:
     # -- tools bound to one run ------------------------------------------------------
 
     def _tools(self, final: _Final, counter: list[int]) -> list[Any]:
-        sub_model = self.sub_model
-        limiter = anyio.CapacityLimiter(self.batch_concurrency)
-
-        @spectool.tool(speculate="pure", name="llm_query")
-        async def llm_query(prompt: str) -> str:
-            counter[0] += 1
-            return await sub_model.complete(prompt)
-
-        # batched_of: the shadow launches one llm_query per element and the real call
-        # claims each element's speculation; only the elements that missed reach here.
-        @spectool.tool(speculate="pure", name="llm_query_batched", batched_of="llm_query")
-        async def llm_query_batched(prompts: list[str]) -> list[str]:
-            results: list[str] = [""] * len(prompts)
-
-            async def one(i: int, prompt: str) -> None:
-                async with limiter:
-                    counter[0] += 1
-                    results[i] = await sub_model.complete(prompt)
-
-            async with anyio.create_task_group() as tg:
-                for i, prompt in enumerate(prompts):
-                    tg.start_soon(one, i, prompt)
-            return results
-
-        @spectool.tool(speculate="never", name="FINAL")
-        def final_tool(answer: Any) -> None:
-            final.set("FINAL", answer)
-
-        @spectool.tool(speculate="never", name="FINAL_VAR")
-        def final_var_tool(name: Any) -> None:
-            final.set("FINAL_VAR", name)
-
-        tools = [llm_query, llm_query_batched, final_tool, final_var_tool]
+        tools = harness_tools(self.harness, self.sub_model, on_final=final.set,
+                              counter=counter, batch_concurrency=self.batch_concurrency)
         if self.recursive_model is not None and self._depth < self.max_depth:
             tools.append(self._recursive_tool())
         return tools + self.extra_tools
 
     def _recursive_tool(self) -> Any:
         agent_kwargs = dict(
-            mode=self.mode, max_turns=self.max_turns, output_limit=self.output_limit,
+            mode=self.mode, harness=self.harness, max_turns=self.max_turns, output_limit=self.output_limit,
             recursive_model=self.recursive_model, max_depth=self.max_depth,
             _depth=self._depth + 1, **self.runtime_kwargs,
         )
@@ -279,7 +255,9 @@ class ReplAgent:
         for tool in self.extra_tools:
             extra += f"- `{getattr(tool, 'name', getattr(tool, '__name__', 'tool'))}`\n"
         system = self.system_prompt.format(
-            context_chars=len(context), output_limit=self.output_limit, extra_tools=extra
+            context_chars=len(context), output_limit=self.output_limit, extra_tools=extra,
+            harness_tools=HARNESSES[self.harness].prompt.rstrip("\n").replace(
+                "- `llm_query(prompt: str) -> str`: ask a sub-model.\n", ""),
         )
         return [
             {"role": "system", "content": system},

@@ -1,5 +1,6 @@
 """The ``spectool`` command line.
 
+    spectool replay LOG [--out DIR] [--rate TOK_S] [--latency S] [--time-scale X]
     spectool bench oolong [--out DIR] [--modes baseline lazy spec] [--concurrency 1 4]
                           [--repeats N] [--seed S ...] [--context-tokens 8192 ...]
                           [--decoding vanilla speculative] [--shapes ...]
@@ -84,7 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
     oo.add_argument("--accuracy", type=float, default=0.95,
                     help="simulated sub-model: probability each label is right")
     oo.add_argument("--root-model", default=None, help="litellm model string for the root model")
-    oo.add_argument("--sub-model", default=None, help="litellm model string for the sub-model")
+    oo.add_argument("--sub-model", default=None,
+                    help="litellm model string for the sub-model; 'local' starts the project's "
+                         "own token-tier server (token_spec serve) and prints the 2x2 table "
+                         "token speculation x tool speculation (root model simulated)")
+    oo.add_argument("--token-spec", default="ngram", choices=["ngram", "suffix", "draft"],
+                    help="with --sub-model local: the speculative method of the 'on' server")
+    oo.add_argument("--gamma", type=_positive_int, default=4,
+                    help="with --sub-model local: draft length of the 'on' server")
+    oo.add_argument("--sub-max-tokens", type=_positive_int, default=24,
+                    help="with --sub-model local: max_tokens per sub-call")
     oo.add_argument("--max-questions", type=_positive_int, default=None,
                     help="with --root-model: questions per window (default: all)")
     oo.add_argument("--api-base", default=None,
@@ -96,6 +106,24 @@ def build_parser() -> argparse.ArgumentParser:
     oo.add_argument("--max-turns", type=_positive_int, default=6)
     oo.add_argument("--no-plots", action="store_true")
     oo.add_argument("--no-progress", action="store_true")
+    rp = sub.add_parser(
+        "replay", help="what-if replay of your own agent log through baseline / lazy / spec",
+        description="Replay an agent log (OpenAI chat-completions messages, JSON or JSONL, "
+                    "or spectool's replay JSONL) through baseline, lazy and spec with "
+                    "SIMULATED tools (recorded or modelled latencies). See spectool.replay.")
+    rp.add_argument("log", type=Path, help="the log file")
+    rp.add_argument("--out", type=Path, default=None,
+                    help="folder for replay.json, table.txt and timeline.png")
+    rp.add_argument("--rate", type=_positive_float, default=50.0,
+                    help="model tokens per second when the log records none (default 50)")
+    rp.add_argument("--latency", type=_positive_float, default=2.0,
+                    help="seconds per sub-call when the log records none (default 2)")
+    rp.add_argument("--time-scale", type=_positive_float, default=1.0,
+                    help="real seconds per log second (e.g. 0.1 replays 10x faster)")
+    rp.add_argument("--context", type=Path, default=None,
+                    help="a file whose text is the REPL's `context` (default: from the log)")
+    rp.add_argument("--tool", action="append", default=None,
+                    help="another speculatable one-argument tool the cells call (repeatable)")
     return parser
 
 
@@ -108,6 +136,18 @@ def main(argv: list[str] | None = None) -> int:
 
         if not 0.0 <= args.accuracy <= 1.0:
             parser.error(f"--accuracy must be within 0..1, got {args.accuracy}")
+        if args.sub_model == "local":
+            if args.root_model is not None:
+                parser.error("--sub-model local keeps the root model simulated; "
+                             "drop --root-model")
+            from spectool_bench.two_tier import TwoTierConfig, main_two_tier
+
+            report = main_two_tier(TwoTierConfig(
+                token_method=args.token_spec, gamma=args.gamma, repeats=max(2, args.repeats),
+                max_tokens=args.sub_max_tokens, context_tokens=min(args.context_tokens),
+                seed=args.seed[0]))
+            print(report["table"])
+            return 0
         real = args.root_model is not None or args.sub_model is not None
         cfg = BenchConfig(
             out=args.out, modes=tuple(dict.fromkeys(args.modes)),
@@ -131,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwrote {Path(cfg.out) / 'oolong.json'}"
               + "".join(f"\nwrote {p}" for p in report.get("plots", [])))
         return 0
+    if args.command == "replay":
+        from spectool.replay import ReplayError, main as replay_main
+
+        try:
+            return replay_main(args)
+        except (ReplayError, OSError, UnicodeDecodeError) as exc:
+            parser.error(str(exc))
     parser.error("unknown command")  # pragma: no cover
     return 2
 

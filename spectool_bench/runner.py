@@ -147,6 +147,11 @@ def make_workload(cfg: BenchConfig, seed: int) -> list[EpisodeSpec]:
     return episodes
 
 
+def _rotated(items: tuple, k: int) -> tuple:
+    k %= max(1, len(items))
+    return items[k:] + items[:k]
+
+
 def _sim(t: float, cfg: BenchConfig) -> float:
     return t / cfg.time_scale if cfg.simulated else t
 
@@ -280,8 +285,10 @@ async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
     cfg.validate()
     workloads = {seed: make_workload(cfg, seed) for seed in cfg.seeds}
     decodings = cfg.decoding if cfg.root_model is None else ("real",)
+    # the mode order rotates by one per repeat, so no mode always runs first
     plan = [(seed, rep, dec, conc, mode) for seed in cfg.seeds for rep in range(cfg.repeats)
-            for dec in decodings for conc in cfg.concurrency for mode in cfg.modes]
+            for dec in decodings for conc in cfg.concurrency
+            for mode in _rotated(tuple(cfg.modes), rep)]
     total = sum(len(workloads[s]) for s, *_ in plan)
     bar = None
     if cfg.progress:
@@ -297,6 +304,11 @@ async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
         from spectool_agents.models import import_litellm
 
         await anyio.to_thread.run_sync(import_litellm)
+        # cold start (connections, the server's first requests, caches) must not land on
+        # whichever mode is timed first: one untimed episode per mode
+        first = workloads[cfg.seeds[0]][:1]
+        for mode in cfg.modes:
+            await run_once(cfg, first, mode, "vanilla", 1)
     try:
         for seed, rep, dec, conc, mode in plan:
             if bar is not None:

@@ -152,6 +152,9 @@ def test_real_models_through_litellm(tmp_path, capsys):
     assert answers["baseline"] == answers["spec"] and len(answers["spec"]) == 2
     assert all(re.fullmatch(r"Answer: \d+", a) for a in answers["baseline"])
     assert {e["shape"] for r in data["runs"] for e in r["episodes"]} == {"model-written"}
+    # cold start stays out of the timed runs: one untimed episode per mode came first
+    # (2 timed questions x 2 modes x 2 root turns = 8 root requests, plus 2 x 2 warm-up)
+    assert sum(1 for r in stub.requests if r.get("model") == "root") == 12
 
 
 def test_seeds_and_repeats(tmp_path):
@@ -162,6 +165,9 @@ def test_seeds_and_repeats(tmp_path):
     rep = main_bench(cfg)
     keys = sorted((r["seed"], r["repeat"], r["mode"]) for r in rep["runs"])
     assert keys == sorted((s, k, m) for s in (0, 1) for k in (0, 1) for m in ("baseline", "spec"))
+    # the mode order rotates per repeat: no mode is always timed first
+    firsts = {(r["seed"], r["repeat"]): r["mode"] for r in reversed(rep["runs"])}
+    assert firsts[(0, 0)] == "baseline" and firsts[(0, 1)] == "spec"
     assert rep["summary"]["checks"]["scores_identical_across_modes"] is True
     by_seed = {}
     for r in rep["runs"]:  # repeats of one seed answer identically

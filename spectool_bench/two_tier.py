@@ -1,0 +1,137 @@
+"""Both tiers for real: ``spectool bench oolong --sub-model local``.
+
+Starts two of the project's own OpenAI-compatible token-tier servers on 127.0.0.1
+(``spectool_bench.local_server``): one with speculative decoding off
+(``--speculative none``) and one with it on (``--speculative <method>``), and sends
+the OOLONG episodes' sub-calls to them through litellm. The root model stays
+**simulated** (``SimulatedRootModel``: scripted RLM programs streamed at a simulated
+decoding speed in real time); the table says so.
+
+The 2x2: token speculation off/on x tool speculation off/on (runtime mode
+``baseline`` / ``spec``). Every combination is warmed up once (untimed) before
+timing; each repeat runs the four combinations interleaved, in an order rotated by
+one per repeat. Reported per combination: median wall seconds and the [min, max]
+spread; per ratio to (token off, tool off): the median of the per-repeat ratios and
+their spread, flagged ``overlaps 1.0`` when the spread includes 1.0 (not a
+measurable difference on this machine).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any
+
+import anyio
+
+from .local_server import LocalTokenServer
+
+COMBOS = (("off", "baseline"), ("off", "spec"), ("on", "baseline"), ("on", "spec"))
+
+
+@dataclass
+class TwoTierConfig:
+    token_method: str = "ngram"
+    gamma: int = 4
+    repeats: int = 2
+    max_tokens: int = 24
+    context_tokens: int = 1024
+    shapes: tuple[str, ...] = ("loop_blocking", "batched")
+    seed: int = 0
+    command: list[str] | None = None       # the server command (default: token_spec)
+    health_timeout_s: float = 300.0
+    root_time_scale: float = 1.0    # <1 streams the simulated root faster (tests)
+
+
+def _rotated(items: tuple, k: int) -> tuple:
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
+def spread_overlaps_one(lo: float, hi: float) -> bool:
+    """A ratio whose [min, max] over repeats contains 1.0 is not a measured difference."""
+    return lo <= 1.0 <= hi
+
+
+async def run_two_tier(tcfg: TwoTierConfig) -> dict[str, Any]:
+    from spectool_agents.models import aclose_litellm, import_litellm
+
+    from .runner import BenchConfig, make_workload, run_once
+
+    await anyio.to_thread.run_sync(import_litellm)
+    base_cfg = BenchConfig(context_tokens=(tcfg.context_tokens,), shapes=tcfg.shapes,
+                           decoding=("vanilla",), concurrency=(1,), modes=("baseline", "spec"),
+                           time_scale=tcfg.root_time_scale, seeds=(tcfg.seed,), progress=False, plots=False,
+                           loaded_alpha=None, sub_model="local")
+    episodes = make_workload(replace(base_cfg, sub_model=None), tcfg.seed)
+    walls: dict[tuple[str, str], list[float]] = {c: [] for c in COMBOS}
+    scores: dict[tuple[str, str], list[float]] = {c: [] for c in COMBOS}
+    try:
+        async with LocalTokenServer("none", gamma=tcfg.gamma, model_name="local-vanilla",
+                                    command=tcfg.command,
+                                    health_timeout_s=tcfg.health_timeout_s) as off, \
+                LocalTokenServer(tcfg.token_method, gamma=tcfg.gamma,
+                                 model_name=f"local-{tcfg.token_method}", command=tcfg.command,
+                                 health_timeout_s=tcfg.health_timeout_s) as on:
+            servers = {"off": off, "on": on}
+
+            def cfg_for(token: str) -> BenchConfig:
+                srv = servers[token]
+                return replace(base_cfg, sub_model=srv.litellm_model,
+                               model_kwargs={**srv.litellm_kwargs(),
+                                             "max_tokens": tcfg.max_tokens, "temperature": 0})
+
+            for token, mode in COMBOS:                      # warm-up, untimed
+                await run_once(cfg_for(token), episodes[:1], mode, "vanilla", 1)
+            for r in range(tcfg.repeats):
+                for token, mode in _rotated(COMBOS, r):
+                    run = await run_once(cfg_for(token), episodes, mode, "vanilla", 1)
+                    walls[(token, mode)].append(run["wall"])
+                    scores[(token, mode)].append(statistics.fmean(
+                        e["score_official"] for e in run["episodes"]))
+    finally:
+        await aclose_litellm()
+    ref = walls[("off", "baseline")]
+    rows = []
+    for combo in COMBOS:
+        ws = walls[combo]
+        ratios = [b / w for b, w in zip(ref, ws) if w > 0]
+        lo, hi = min(ratios), max(ratios)
+        rows.append({"token_spec": combo[0], "tool_spec": combo[1] == "spec", "mode": combo[1],
+                     "wall_median_s": statistics.median(ws), "wall_min_s": min(ws),
+                     "wall_max_s": max(ws), "speedup_median": statistics.median(ratios),
+                     "speedup_min": lo, "speedup_max": hi,
+                     "overlaps_1": combo != ("off", "baseline") and spread_overlaps_one(lo, hi),
+                     "score": statistics.fmean(scores[combo])})
+    return {"root_model": "SIMULATED (spectool_bench.simulated.SimulatedRootModel, real time)",
+            "sub_model": "token_spec serve (SmolLM2-135M-Instruct) through litellm",
+            "token_method": tcfg.token_method, "gamma": tcfg.gamma, "repeats": tcfg.repeats,
+            "shapes": list(tcfg.shapes), "context_tokens": tcfg.context_tokens,
+            "max_tokens": tcfg.max_tokens, "rows": rows}
+
+
+def render_two_tier(report: dict[str, Any]) -> str:
+    lines = [f"both tiers: root model {report['root_model']}; sub-model {report['sub_model']}",
+             f"token speculation on = --speculative {report['token_method']} --gamma "
+             f"{report['gamma']}; shapes {', '.join(report['shapes'])}; "
+             f"{report['context_tokens']} context tokens; max_tokens {report['max_tokens']}; "
+             f"{report['repeats']} repeats, interleaved, order rotated; warm-up untimed; "
+             "wall seconds (real)",
+             ""]
+    head = (f"{'token spec':<11}{'tool spec':<10}{'wall med':>9}{'[min, max]':>16}"
+            f"{'speed-up':>9}{'[min, max]':>14}  note")
+    lines += [head, "-" * len(head)]
+    for r in report["rows"]:
+        wall = f"[{r['wall_min_s']:.2f}, {r['wall_max_s']:.2f}]"
+        ratio = f"[{r['speedup_min']:.2f}, {r['speedup_max']:.2f}]"
+        note = "spread overlaps 1.0" if r["overlaps_1"] else ""
+        lines.append(f"{r['token_spec']:<11}{('on' if r['tool_spec'] else 'off'):<10}"
+                     f"{r['wall_median_s']:>9.2f}{wall:>16}{r['speedup_median']:>9.2f}"
+                     f"{ratio:>14}  {note}")
+    return "\n".join(lines)
+
+
+def main_two_tier(tcfg: TwoTierConfig) -> dict[str, Any]:
+    report = anyio.run(run_two_tier, tcfg)     # asyncio: litellm needs it
+    report["table"] = render_two_tier(report)
+    return report

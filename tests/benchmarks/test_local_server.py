@@ -1,0 +1,75 @@
+"""The local token-tier server launcher and the 2x2 both-tiers table, against a stub
+server script that follows the ``token_spec serve`` contract (no model needed)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from spectool_bench.local_server import LocalServerError, LocalTokenServer, free_port
+from spectool_bench.two_tier import (TwoTierConfig, render_two_tier, run_two_tier,
+                                     spread_overlaps_one)
+
+STUB = [sys.executable, str(Path(__file__).with_name("stub_token_server.py"))]
+
+
+@pytest.mark.anyio
+async def test_launcher_waits_for_health_serves_and_terminates(anyio_backend):
+    async with LocalTokenServer("suffix", gamma=3, model_name="m1", command=STUB,
+                                health_timeout_s=30) as srv:
+        proc = srv.process
+        assert srv.api_base.startswith("http://127.0.0.1:") and srv.litellm_model == "openai/m1"
+        async with httpx.AsyncClient() as client:
+            r = await client.post(srv.api_base + "/chat/completions", json={
+                "model": "m1", "messages": [{"role": "user", "content": "hello there"}]})
+        assert r.json()["choices"][0]["message"]["content"] == "m1/suffix: hello there"
+    assert proc.returncode is not None            # terminated at the end of the block
+    assert srv.process is None
+
+
+@pytest.mark.anyio
+async def test_a_server_that_exits_gets_one_clear_error(anyio_backend):
+    with pytest.raises(LocalServerError, match="exited with status 3"):
+        async with LocalTokenServer("none", command=STUB + [], extra_args=["--fail"],
+                                    health_timeout_s=30):
+            pass
+
+
+@pytest.mark.anyio
+async def test_a_server_never_healthy_times_out_and_is_stopped(anyio_backend):
+    srv = LocalTokenServer("none", command=STUB, extra_args=["--load-s", "60"],
+                           health_timeout_s=1.0)
+    with pytest.raises(LocalServerError, match="not healthy within 1 s"):
+        async with srv:
+            pass
+    assert srv.process is None
+
+
+def test_bad_launcher_arguments():
+    with pytest.raises(ValueError, match="speculative"):
+        LocalTokenServer("eagle")
+    with pytest.raises(ValueError, match="gamma"):
+        LocalTokenServer("ngram", gamma=0)
+    assert 0 < free_port() < 65536
+
+
+def test_spread_flag():
+    assert spread_overlaps_one(0.9, 1.2) and not spread_overlaps_one(1.05, 1.3)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])   # litellm is asyncio-only
+async def test_two_by_two_table_end_to_end_on_the_stub(anyio_backend):
+    report = await run_two_tier(TwoTierConfig(repeats=2, command=STUB, context_tokens=1024,
+                                              shapes=("batched",), health_timeout_s=30,
+                                              root_time_scale=0.05))
+    rows = {(r["token_spec"], r["tool_spec"]): r for r in report["rows"]}
+    assert set(rows) == {("off", False), ("off", True), ("on", False), ("on", True)}
+    assert rows[("off", False)]["speedup_median"] == 1.0
+    table = render_two_tier(report)
+    assert "SIMULATED" in table and "token spec" in table and "tool spec" in table
+    assert all(r["wall_min_s"] <= r["wall_median_s"] <= r["wall_max_s"] for r in rows.values())
