@@ -102,6 +102,7 @@ class CallsMixin:
         func_node = node.func
         receiver = None
         args = None
+        plain_culprit = False  # the unknown callee/receiver is known plain data
         try:
             if type(func_node) is ast.Attribute:
                 value_node = func_node.value
@@ -110,9 +111,12 @@ class CallsMixin:
                     # lookup, and the same wait/refusal for a pending/unknown value
                     receiver = self._lookup(value_node.id, scope)
                     if type(receiver) is Unknown:
+                        plain_culprit = receiver.plain  # type: ignore[union-attr]
                         raise _UnknownValue  # what self._need(receiver) raises
                     if type(receiver) is Pending:
+                        plain_culprit = True  # a tool result: plain data or unknown
                         receiver = yield from self._need(receiver)
+                        plain_culprit = False
                 else:
                     # self._known(value_node, scope), inlined (one generator less)
                     t = type(value_node)
@@ -137,9 +141,10 @@ class CallsMixin:
                 raise
             yield from self._eval_args(node, scope)  # calls inside the arguments still happen
             self._taint(_call_written(node), scope, frozenset())
-            if isinstance(exc, _UnknownValue):
+            if isinstance(exc, _UnknownValue) and not plain_culprit:
                 # an unknown callable or a method of an unknown object: it may run
-                # code that mutates anything reachable from the REPL's globals
+                # code that mutates anything reachable from the REPL's globals (a
+                # method of plain data only changes its receiver, tainted above)
                 self._poison_all(scope)
             raise _UnknownValue from None
         if type(fn) is SafeFunc and fn.special == "print":
@@ -207,7 +212,7 @@ class CallsMixin:
         except (_UnknownValue, _Uncertain):
             if mutating or isinstance(fn, ShadowFunction) or type(fn) is Unknown:
                 self._taint(_call_written(node), scope, frozenset())
-            if type(fn) is Unknown:
+            if type(fn) is Unknown and not fn.plain:  # type: ignore[union-attr]
                 self._poison_all(scope)   # code the shadow cannot see (see above)
             raise _UnknownValue from None
 
@@ -335,14 +340,14 @@ class CallsMixin:
                     self._poison_object(receiver)
                     raise _UnknownValue
             else:
-                self._poison_all(self._module)
+                self._poison_all(self._module, in_peek=True)
                 raise _UnknownValue
         return raw
 
     def _poison_object(self, obj: object) -> None:
         found = reachable(obj)
         if found is None:
-            self._poison_all(self._module)
+            self._poison_all(self._module, in_peek=True)
         else:
             poison(self, found, self._module)
 
@@ -483,7 +488,11 @@ class CallsMixin:
             assert self._bets is not None
             occurrence = self._launch_counts.get((name, key), 0) + self._peek_counts.get((name, key), 0)
             self._peek_counts[(name, key)] = self._peek_counts.get((name, key), 0) + 1
-            self._bets.append(TailBet(name, args, kwargs, occurrence, key))
+            if info.speculate == "pure":
+                # peeks bet on pure tools only (the store launches nothing else from a
+                # tail): an idempotent or two_phase call starts from a statement the
+                # shadow really ran, never from a peek's view
+                self._bets.append(TailBet(name, args, kwargs, occurrence, key))
             if self._peek_known is not None:  # lookahead: a bet that already finished
                 known = self._peek_known(name, args, kwargs, occurrence)
                 if known is not None:

@@ -39,6 +39,7 @@ from .limits import LimitExceeded, Limits, ShadowDeclined
 from .scope import Scope, ToolRef
 from .values import Outcome, Pending, TailBet, ToolInfo, Touched, Unknown, WaitFor
 from .internals import (
+    _DATA_TYPES,
     StatementRecord,
     _Break,
     _CONTROL,
@@ -360,13 +361,25 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
             if rebound is not None and name not in rebound:
                 if current is None or type(current) in _UNMUTABLE or isinstance(current, _WRAPPERS):
                     continue
+                # only mutated: the same object, still plain data if it was
+                plain = type(current) in _DATA_TYPES or (type(current) is Unknown
+                                                        and current.plain)
+                self._store(name, Unknown("tainted", plain=plain), scope)
+                continue
             self._store(name, Unknown("tainted"), scope)
         if targets is None or targets:
             poison(self, targets, scope)
 
-    def _poison_all(self, scope: Scope) -> None:
+    def _poison_all(self, scope: Scope, in_peek: bool = False) -> None:
         """A call into code the shadow cannot see (an unknown callable or a method of an
-        unknown object) may mutate any object reachable from the REPL's globals."""
+        unknown object) may mutate any object reachable from the REPL's globals.
+
+        Not in a peek unless ``in_peek``: a peek bets only on pure tools, so a view it
+        keeps after such a call costs at most a wasted pure bet (the key of the real
+        call decides what is reused), while making everything unknown would end most
+        peeks at the first method call on a tool result (``answer.strip()``)."""
+        if self._peek and not in_peek:
+            return
         poison(self, None, scope)
 
     def _taint_nodes(self, nodes: list, scope: Scope) -> None:

@@ -15,10 +15,10 @@ the copier's memo entries and resolved outcomes that reach one. ``targets=None``
 every mutable object (a call into code the shadow cannot see may mutate anything
 reachable from the REPL's globals).
 
-Peek mode (tail peeks, lookahead) never mutates shared state: bindings are rebound in
-the peek's copy-on-write module scope and in frames the peek created, and the targets
-are remembered in ``interp._peek_stale``, which name lookups and first copies consult
-for the rest of the peek.
+Peek mode (tail peeks, lookahead) never mutates shared state: the targets are
+remembered in ``interp._peek_stale`` and every name lookup for the rest of the peek
+reads a value that reaches one as unknown (nothing is walked up front, so a peek that
+makes something stale costs only the lookups it does afterwards).
 
 Invariant: after ``poison``, no name lookup in the shadow returns a value from which a
 target is reachable (within ``MAX_WALK`` items per value; beyond that a value counts as
@@ -90,6 +90,13 @@ def reaches(value: object, targets: set[int] | None) -> bool:
     return not found.isdisjoint(targets)
 
 
+def _unknown(value: object) -> Unknown:
+    """What a binding to ``value`` becomes: unknown, and still plain data if the
+    value was a plain container (its methods run no user code)."""
+    return Unknown("aliases an object the shadow cannot follow",
+                   plain=type(value) in _CONTAINERS or type(value) is bytearray)
+
+
 def _frames(scope: Scope | None) -> list[Scope]:
     out = []
     while scope is not None:
@@ -102,50 +109,59 @@ def poison(interp: "ShadowInterpreter", targets: set[int] | None, scope: Scope) 
     """Rebind to Unknown every binding that reaches ``targets`` (see module doc)."""
     if targets is not None and not targets:
         return
-    peek = interp._peek
+    if interp._peek:
+        # nothing shared is rewritten: every lookup for the rest of the peek checks
+        # whether its value reaches a stale object (``_checked_lookup``)
+        if targets is None:
+            interp._peek_stale_all = True
+        else:
+            interp._peek_stale |= targets
+        interp.__dict__.pop("_peek_stale_memo", None)  # more is stale now
+        if "_lookup" not in interp.__dict__:
+            interp.__dict__["_lookup"] = _checked_lookup(interp)
+        return
     frames: list[Scope] = [interp._module, *_frames(scope)]
-    if not peek:
-        # closure frames of shadow functions reachable from the module
-        for value in list(interp._module.vars.values()):
-            if type(value) is ShadowFunction:
-                frames.extend(_frames(value.scope))
+    # closure frames of shadow functions reachable from the module
+    for value in list(interp._module.vars.values()):
+        if type(value) is ShadowFunction:
+            frames.extend(_frames(value.scope))
     done: set[int] = set()
     for frame in frames:
         if id(frame) in done:
             continue
         done.add(id(frame))
-        if peek and frame.vars is interp._globals:
-            continue  # the statements' own module scope: never written by a peek
-        if peek and frame.kind == "function" and frame not in _frames(scope):
-            continue  # not the peek's own: the lookup check below covers it
         for name, value in list(frame.vars.items()):
             if reaches(value, targets):
-                frame.vars[name] = Unknown("aliases an object the shadow cannot follow")
-    if peek:
-        if targets is None:
-            interp._peek_stale_all = True
-        else:
-            interp._peek_stale |= targets
-        if "_lookup" not in interp.__dict__:
-            interp.__dict__["_lookup"] = _checked_lookup(interp)
-        return
+                frame.vars[name] = _unknown(value)
     if targets is None:
         interp._source_stale = True  # names not copied yet (ShadowInterpreter._global)
     memo = interp._copier.memo
     for key, value in list(memo.items()):
         if reaches(value, targets):
-            memo[key] = Unknown("aliases an object the shadow cannot follow")
+            memo[key] = _unknown(value)
     for key, (pending, value) in list(interp._outcomes.items()):
         if reaches(value, targets):
-            interp._outcomes[key] = (pending, Unknown("aliases an object the shadow cannot follow"))
+            interp._outcomes[key] = (pending, _unknown(value))
     interp._version += 1
 
 
 def stale_in_peek(interp: "ShadowInterpreter", value: object) -> bool:
-    """Peek mode: does ``value`` reach an object a refused mutation made unknown?"""
+    """Peek mode: does ``value`` reach an object a refused mutation made unknown?
+    (Memoised per object for the rest of the peek: a peek cannot put a stale object
+    into a container, since every lookup of one reads as unknown.)"""
+    t = type(value)
+    if not (t in _CONTAINERS or t is ShadowFunction or t is bytearray):
+        return False
+    memo = interp.__dict__.setdefault("_peek_stale_memo", {})
+    hit = memo.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
     if interp._peek_stale_all:
-        return reaches(value, None)
-    return bool(interp._peek_stale) and reaches(value, interp._peek_stale)
+        found = reaches(value, None)
+    else:
+        found = bool(interp._peek_stale) and reaches(value, interp._peek_stale)
+    memo[id(value)] = (value, found)
+    return found
 
 
 def _checked_lookup(interp: "ShadowInterpreter"):
@@ -157,7 +173,7 @@ def _checked_lookup(interp: "ShadowInterpreter"):
     def _lookup(name: str, scope: Scope) -> object:
         value = base(interp, name, scope)
         if stale_in_peek(interp, value):
-            return Unknown("aliases an object the shadow cannot follow")
+            return _unknown(value)
         return value
 
     return _lookup
@@ -168,3 +184,4 @@ def reset_peek(interp: "ShadowInterpreter") -> None:
     interp._peek_stale = set()
     interp._peek_stale_all = False
     interp.__dict__.pop("_lookup", None)
+    interp.__dict__.pop("_peek_stale_memo", None)

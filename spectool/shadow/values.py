@@ -131,12 +131,18 @@ class Pending(_Opaque):
 
 
 class Unknown(_Opaque):
-    """A value the shadow cannot know. Each unknown is distinct (no false equality)."""
+    """A value the shadow cannot know. Each unknown is distinct (no false equality).
 
-    __slots__ = ("reason",)
+    ``plain``: the value is known to be plain data (a list whose contents the shadow
+    lost track of, say), so calling one of its methods runs no user code; an unknown
+    that may be any object (a user object from the namespace, the result of an unknown
+    call) is not plain."""
 
-    def __init__(self, reason: str = "") -> None:
+    __slots__ = ("reason", "plain")
+
+    def __init__(self, reason: str = "", plain: bool = False) -> None:
         object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "plain", plain)
 
 
 def is_opaque(value: object) -> bool:

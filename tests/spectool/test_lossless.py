@@ -5,7 +5,12 @@ Tools: `p` (pure, deterministic value, fails for some arguments), `s` (pure and
 stochastic: every execution draws the next value of a seeded RNG per argument, so a
 merged call would show up as a repeated draw), `d` (declared deterministic: identical
 calls share one run; returns a list the cell mutates), `pb` (batched form of `p`) and
-`n` (never speculated, effects recorded in order, fails for some arguments). Latencies are tiny random sleeps (0 to
+`n` (never speculated, effects recorded in order, fails for some arguments), `o` (pure,
+its result depends on the order of its list argument), `i` (idempotent: every run of its
+body must be claimed by the real run or compensated through ``on_unclaimed``, exactly
+once). Programs mix these with aliasing (mutation through a second name), sets (whose
+iteration order the shadow must not guess), ``match`` statements and a compute-heavy
+helper. Latencies are tiny random sleeps (0 to
 3 ms) that vary the interleavings; nothing is ordered by sleeping. Messages are
 streamed in random delta splits. A negative control runs the same check against a
 deliberately broken store that merges identical stochastic calls and must be caught.
@@ -22,6 +27,7 @@ from hypothesis import strategies as st
 
 import spectool
 import spectool.runtime
+import spectool.store
 from spectool.store import Store
 
 LATENCIES = (0.0, 0.0, 0.0005, 0.001, 0.003)
@@ -33,6 +39,8 @@ class World:
     def __init__(self, latencies: dict[int, float]):
         self.latencies = latencies
         self.never_calls: list[int] = []
+        self.i_runs: list[str] = []          # keys of executions of i's body
+        self.i_compensated: list[str] = []   # keys passed to i's on_unclaimed
         self.draws: dict[int, list[str]] = {}
         self.rngs: dict[int, random.Random] = {}
         world = self
@@ -81,7 +89,21 @@ class World:
                 raise KeyError(f"n({x})")
             return x + 1000
 
-        self.tools = [p, s, n, d, pb]
+        @spectool.tool(speculate="pure")
+        async def o(xs: list) -> int:
+            await pause(len(xs))
+            return sum((k + 1) * x for k, x in enumerate(xs)) % 1009
+
+        def compensate(key, args, kwargs):
+            world.i_compensated.append(key)
+
+        @spectool.tool(speculate="idempotent", on_unclaimed=compensate)
+        async def i(x: int, *, idempotency_key: str) -> str:
+            world.i_runs.append(idempotency_key)
+            await pause(x + 3)
+            return idempotency_key
+
+        self.tools = [p, s, n, d, pb, o, i]
 
 
 # -- program generator ---------------------------------------------------------------
@@ -89,7 +111,7 @@ class World:
 @st.composite
 def programs(draw) -> str:
     defined: list[str] = []
-    lines: list[str] = ["S = []"]
+    lines: list[str] = ["S = []", "I = []"]
     count = 0
 
     def arg() -> str:
@@ -109,7 +131,8 @@ def programs(draw) -> str:
         helper = False
     for _ in range(draw(st.integers(1, 7))):
         kind = draw(st.sampled_from(["p", "p", "n", "s", "s", "sum", "print", "try", "for",
-                                     "if", "helper", "listcomp", "det", "batch"]))
+                                     "if", "helper", "listcomp", "det", "batch", "alias",
+                                     "set", "setdict", "match", "heavy", "idem"]))
         if kind in ("p", "n"):
             v = new_var()
             lines.append(f"{v} = {kind}({arg()})")
@@ -151,6 +174,42 @@ def programs(draw) -> str:
             v = new_var()
             lines.append(f"{v} = sum(pb([{arg()}, {arg()}, {draw(st.integers(0, 9))}]))")
             defined.append(v)
+        elif kind == "alias":          # mutation through a second name, maybe skipped
+            v = new_var()
+            cond = f"n({arg()}) > 1004" if draw(st.booleans()) else f"{arg()} > 4"
+            lines.append(f"a_{v} = [{arg()}]\nb_{v} = a_{v}\nif {cond}:\n"
+                         f"    b_{v}.append(p({arg()}))\n{v} = o(a_{v})")
+            defined.append(v)
+        elif kind == "set":            # a set with a history: its copy iterates otherwise
+            v = new_var()
+            k = draw(st.integers(2, 12))
+            lines.append(f"T_{v} = set(range({k + 40}))\nfor t in range(40):\n"
+                         f"    T_{v}.discard(t)\n"
+                         f"{v} = o({draw(st.sampled_from(['list', 'sorted']))}(T_{v}))"
+                         f" + p(len(T_{v}) % 11)")
+            defined.append(v)
+        elif kind == "setdict":        # a dict built from a set of str
+            v = new_var()
+            lines.append(f"W_{v} = {{'x', 'yy', 'zzz', str({arg()})}}\n"
+                         f"D_{v} = {{w: len(w) for w in W_{v}}}\n"
+                         f"{v} = o(list(D_{v}.values())) + len(D_{v})")
+            defined.append(v)
+        elif kind == "match":
+            v = new_var()
+            subject = draw(st.sampled_from(defined)) if defined else arg()
+            lines.append(f"match [{subject} % 3, n({arg()})]:\n"
+                         f"    case [0, m_{v}]:\n        {v} = p(m_{v} % 11)\n"
+                         f"    case [1, *rest_{v}]:\n        {v} = o(rest_{v})\n"
+                         f"    case _:\n        {v} = -2")
+            defined.append(v)
+        elif kind == "heavy":          # a compute-heavy helper the shadow runs too
+            v = new_var()
+            lines.append(f"def heavy_{v}(k):\n    t = 0\n    for j in range(1500):\n"
+                         f"        t = (t * 31 + j + k) % 1000003\n    return t\n"
+                         f"{v} = p(heavy_{v}({arg()}) % 11)")
+            defined.append(v)
+        elif kind == "idem":
+            lines.append(f"I.append(i({arg()}))")
         elif kind == "listcomp":
             v = new_var()
             lines.append(f"{v} = sum([p(j) for j in range({draw(st.integers(0, 4))})])")
@@ -194,7 +253,20 @@ async def run_mode(mode: str, message: str, sizes: list[int], latencies: dict[in
 
 
 def plain_namespace(ns: dict) -> dict:
-    return {k: v for k, v in ns.items() if k != "S" and not callable(v)}
+    return {k: v for k, v in ns.items() if k not in ("S", "I") and not callable(v)}
+
+
+def check_effects(world: World, claimed: list, mode: str) -> None:
+    """No idempotent run unless claimed by the real run or compensated (exactly once,
+    never both)."""
+    claimed_keys = set(claimed)
+    compensated = world.i_compensated
+    assert len(compensated) == len(set(compensated)), f"{mode}: compensated twice"
+    assert not claimed_keys & set(compensated), f"{mode}: a claimed run was compensated"
+    stray = set(world.i_runs) - claimed_keys - set(compensated)
+    assert not stray, f"{mode}: idempotent runs neither claimed nor compensated: {stray}"
+    SEEN["idempotent_runs"] += len(world.i_runs)
+    SEEN["compensated"] += len(compensated)
 
 
 def describe(error):
@@ -214,6 +286,8 @@ async def check_lossless(message: str, sizes: list[int], latencies: dict[int, fl
         assert res.stdout == base.stdout, mode
         assert describe(res.error) == describe(base.error), mode
         assert world.never_calls == base_world.never_calls, mode
+        assert len(res.namespace.get("I", [])) == len(base.namespace.get("I", [])), mode
+        check_effects(world, res.namespace.get("I", []), mode)
         # stochastic tool: the same calls in the same order, each its own execution
         got = res.namespace.get("S", [])
         want = base.namespace.get("S", [])
@@ -227,7 +301,8 @@ async def check_lossless(message: str, sizes: list[int], latencies: dict[int, fl
     return stats_by_mode
 
 
-SEEN = {"examples": 0, "spec_hits": 0, "lazy_hits": 0, "observed": 0}
+SEEN = {"examples": 0, "spec_hits": 0, "lazy_hits": 0, "observed": 0, "idempotent_runs": 0,
+        "compensated": 0}
 
 
 @pytest.mark.anyio
@@ -260,6 +335,8 @@ def test_property_run_exercised_speculation():
     if SEEN["examples"] == 0:
         pytest.skip("the property test did not run in this session")
     assert SEEN["spec_hits"] > 0 and SEEN["lazy_hits"] > 0 and SEEN["observed"] > 0, SEEN
+    # idempotent speculations ran, and some were unclaimed and compensated
+    assert SEEN["idempotent_runs"] > 0 and SEEN["compensated"] > 0, SEEN
 
 
 # -- negative control: a store that merges identical stochastic calls ---------------------
@@ -296,3 +373,27 @@ async def test_negative_control_merging_store_is_caught(anyio_backend, message, 
     monkeypatch.setattr(spectool.runtime, "Store", MergingStore)
     with pytest.raises(AssertionError, match="merged"):
         await check_lossless(message, [5], {})
+
+
+# -- negative control: no compensation of unclaimed idempotent speculations ---------------
+
+UNCLAIMED_PROGRAM = "```repl\nI = []\nI.append(i(1))\nI.append(i(2))\nbroken = (\n```\n"
+
+
+@pytest.mark.anyio
+async def test_negative_control_unsettled_idempotent_runs_are_caught(anyio_backend,
+                                                                    monkeypatch):
+    await check_lossless(UNCLAIMED_PROGRAM, [5], {}, 0.002)     # the real store passes
+
+    async def no_settle(entry, trace):
+        return None
+
+    monkeypatch.setattr(spectool.store, "settle", no_settle)
+    caught = 0
+    for _ in range(3):     # the shadow must have launched before the stream ended
+        try:
+            await check_lossless(UNCLAIMED_PROGRAM, [5], {}, 0.002)
+        except AssertionError as exc:
+            assert "neither claimed nor compensated" in str(exc)
+            caught += 1
+    assert caught > 0
