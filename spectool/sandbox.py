@@ -286,6 +286,7 @@ def _make_cgroups(plan: SandboxPlan, memory_bytes: int | None, max_processes: in
     max_pids = max_processes + (_BWRAP_OWN_PROCESSES if plan.mode == "bwrap" else 1)
     v2 = _cgroup_v2_parent()
     if v2 is not None:
+        _sweep_stale_cgroups(v2)
         path = os.path.join(v2, name)
         try:
             os.mkdir(path)
@@ -306,6 +307,7 @@ def _make_cgroups(plan: SandboxPlan, memory_bytes: int | None, max_processes: in
         parent = _cgroup_v1_parent(controller)
         if parent is None:
             continue
+        _sweep_stale_cgroups(parent)
         path = os.path.join(parent, name)
         try:
             os.mkdir(path)
@@ -325,6 +327,22 @@ def _make_cgroups(plan: SandboxPlan, memory_bytes: int | None, max_processes: in
             plan.cgroup_procs.append(os.path.join(path, "cgroup.procs"))
         except OSError:
             pass
+
+
+def _sweep_stale_cgroups(parent: str) -> None:
+    """Remove empty cgroups left by a host that died (their names carry its pid)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) == 4 and parts[0] == "spectool" and parts[1].isdigit() \
+                and not os.path.exists(f"/proc/{parts[1]}"):
+            try:
+                os.rmdir(os.path.join(parent, name))
+            except OSError:
+                pass
 
 
 def _cgroup_v2_parent() -> str | None:
