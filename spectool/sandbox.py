@@ -103,20 +103,19 @@ class SandboxPlan:
         """Every live process of this sandbox (host pids), found three ways.
 
         With a cgroup its member list is enough (members cannot leave it: the cgroup
-        files they would write to belong to root); else descendants and the uid."""
+        files they would write to belong to root). Else the descendants of the root
+        (read from ``/proc/<pid>/task/<tid>/children``: no full scan of ``/proc``) and,
+        when the worker has a uid of its own, every process of that uid (full scan)."""
         if self.cgroup_procs:
-            members: set[int] = set()
+            found: set[int] = _descendants_quick(root_pid)
             for procs in self.cgroup_procs:
-                members |= _read_pids(procs)
-            return {pid for pid in members | _descendants_quick(root_pid)
-                    if _state(pid) not in ("Z", None)}
-        table = _process_table()
-        found = _descendants(root_pid, table)
-        for procs in self.cgroup_procs:
-            found |= _read_pids(procs)
-        if self.uid is not None:
-            found |= {pid for pid, (_, uid, _s) in table.items() if uid == self.uid}
-        return {pid for pid in found if pid in table and table[pid][2] != "Z"}
+                found |= _read_pids(procs)
+        else:
+            found = _descendants_by_children(root_pid)
+            if self.uid is not None:
+                found |= {pid for pid, (_, uid, _s) in _process_table().items()
+                          if uid == self.uid}
+        return {pid for pid in found if _state(pid) not in ("Z", "X", None)}
 
     def kill_round(self, root_pid: int, keep: Iterable[int]) -> int:
         """SIGKILL every live process of the sandbox but ``keep``; returns how many.
@@ -477,6 +476,30 @@ def _descendants_quick(root: int) -> set[int]:
             found |= {int(x) for x in fh.read().split()}
     except (OSError, ValueError):
         pass
+    return found
+
+
+def _descendants_by_children(root: int) -> set[int]:
+    """The root and all its descendants, through the kernel's per-thread children lists
+    (falls back to a full /proc scan where the kernel does not provide them)."""
+    if not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
+        return _descendants(root, _process_table())
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid in found:
+            continue
+        found.add(pid)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                    todo.extend(int(x) for x in fh.read().split())
+            except (OSError, ValueError):
+                pass
     return found
 
 
