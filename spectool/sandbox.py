@@ -42,10 +42,11 @@ Common to ``bwrap`` and ``fallback``:
   and kills the worker once the cell used more than ``cpu_seconds_per_cell``: a
   limit the cell cannot raise, whatever its rlimits.
 - **turn end.** After every cell the host kills every process of the cell except the
-  worker itself (and bwrap's own two processes): the processes it finds as
-  descendants of the process it started, in the cgroup, or (root host) with the
-  worker's uid. A daemonised, ``setsid`` double-forked child is found by all three
-  in the bwrap mode and by the last two in the fallback mode.
+  worker itself (and bwrap's own two processes): the members of the cgroup (root
+  host), else the descendants of the process it started and (root host) every
+  process of the worker's uid. A daemonised, ``setsid`` double-forked child is found
+  in the bwrap mode in any case (orphans reparent to the cell's own init) and in the
+  fallback mode on a root host; a non-root fallback loses it (see the README).
 
 Everything here runs on the host; :mod:`spectool._worker` applies the launch plan
 (cgroup join, rlimits, uid drop, ``exec`` of bwrap) before any cell code runs.
@@ -68,7 +69,7 @@ __all__ = ["SANDBOX_MODES", "SandboxPlan", "bwrap_usable", "plan_sandbox", "UID_
 
 SANDBOX_MODES = ("auto", "bwrap", "fallback", "none")
 UID_RANGE = (0x5EC0_0000, 0x5EC0_0000 + (1 << 20))   # uids the root host hands to workers
-_PAGE_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # bwrap's two processes (outer + the cell's init) and the worker itself
 _BWRAP_OWN_PROCESSES = 3
 _ENV_ALLOW = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
@@ -526,4 +527,4 @@ def _cpu_seconds(pid: int) -> float:
         return 0.0
     fields = stat[stat.rfind(b")") + 2:].split()
     # fields[0] is the state (stat field 3): utime..cstime are stat fields 14..17
-    return sum(int(x) for x in fields[11:15]) / _PAGE_TICKS
+    return sum(int(x) for x in fields[11:15]) / _CLOCK_TICKS
