@@ -220,3 +220,24 @@ def test_frames_out_of_step_are_refused():
             ex._check_frame(bad[:wire.HEADER.size], b"data", bad[-wire.MAC_SIZE:])
     with pytest.raises(_Violation):                                 # payload changed
         ex._check_frame(header, b"datb", tag)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_worker_that_cannot_start_says_why(anyio_backend):
+    # 8 MB of address space is too little for Python itself: start fails clearly
+    ex = SubprocessExecutor(limits=WorkerLimits(memory_bytes=8 << 20))
+    try:
+        with pytest.raises(spectool.WorkerCrashedError, match="did not start"):
+            await ex.start()
+        out = await ex.run_cell("x = 1\n", [], recorder()[1])
+        assert isinstance(out.error, spectool.WorkerCrashedError)
+    finally:
+        await ex.aclose()
+
+
+def test_bad_limits_are_refused_by_name():
+    with pytest.raises(ValueError, match="sandbox"):
+        WorkerLimits(sandbox="docker")
+    with pytest.raises(ValueError, match="max_processes"):
+        WorkerLimits(max_processes=-1)
