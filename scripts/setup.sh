@@ -3,6 +3,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True
+# bubblewrap: the subprocess executor's sandbox (spectool/sandbox.py). Installed when
+# missing and we are root with apt-get; otherwise the executor uses its fallback sandbox.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q bubblewrap >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; } \
+      || echo "setup: could not install bubblewrap; the subprocess executor will use its fallback sandbox" >&2
+  else
+    echo "setup: bubblewrap (bwrap) is missing and we are not root: the subprocess executor will use its fallback sandbox" >&2
+  fi
+fi
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 [ -x .venv/bin/python ] || "$PY" -m venv .venv

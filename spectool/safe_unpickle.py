@@ -22,6 +22,7 @@ worker's process), so the host rebuilds them with :func:`safe_loads`:
 
 from __future__ import annotations
 
+import _compat_pickle
 import builtins
 import collections
 import io
@@ -74,11 +75,19 @@ def _ordered_dict(items: Any = ()) -> collections.OrderedDict:
     return collections.OrderedDict(_materialised(items, "OrderedDict"))
 
 
+def _latin1(text: Any, encoding: Any = "latin1") -> bytes:
+    """_codecs.encode as protocol <= 2 uses it for bytes: the text is in the stream."""
+    if type(text) is not str or encoding not in ("latin1", "latin-1"):
+        raise UnsafePickleError("_codecs.encode() from the worker: only latin1 text")
+    return text.encode("latin1")
+
+
 # lazy or constant-size objects may be built as named
 _PLAIN = {"slice": slice, "range": range}
 _WRAPPED = {("builtins", "set"): _set, ("builtins", "frozenset"): _frozenset,
             ("builtins", "bytearray"): _bytearray, ("builtins", "complex"): _complex,
-            ("collections", "deque"): _deque, ("collections", "OrderedDict"): _ordered_dict}
+            ("collections", "deque"): _deque, ("collections", "OrderedDict"): _ordered_dict,
+            ("_codecs", "encode"): _latin1}
 
 
 def _spectool_rebuild(cls: Any, args: Any, state: Any) -> BaseException:
@@ -93,6 +102,11 @@ def _spectool_rebuild(cls: Any, args: Any, state: Any) -> BaseException:
 
 class _AllowListUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
+        # protocols 0-2 spell names the Python 2 way (as pickle's own find_class maps them)
+        if (module, name) in _compat_pickle.NAME_MAPPING:
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        elif module in _compat_pickle.IMPORT_MAPPING:
+            module = _compat_pickle.IMPORT_MAPPING[module]
         if (module, name) in _WRAPPED:
             return _WRAPPED[(module, name)]
         if module == "builtins":

@@ -42,10 +42,11 @@ Common to ``bwrap`` and ``fallback``:
   and kills the worker once the cell used more than ``cpu_seconds_per_cell``: a
   limit the cell cannot raise, whatever its rlimits.
 - **turn end.** After every cell the host kills every process of the cell except the
-  worker itself (and bwrap's own two processes): the processes it finds as
-  descendants of the process it started, in the cgroup, or (root host) with the
-  worker's uid. A daemonised, ``setsid`` double-forked child is found by all three
-  in the bwrap mode and by the last two in the fallback mode.
+  worker itself (and bwrap's own two processes): the members of the cgroup (root
+  host), else the descendants of the process it started and (root host) every
+  process of the worker's uid. A daemonised, ``setsid`` double-forked child is found
+  in the bwrap mode in any case (orphans reparent to the cell's own init) and in the
+  fallback mode on a root host; a non-root fallback loses it (see the README).
 
 Everything here runs on the host; :mod:`spectool._worker` applies the launch plan
 (cgroup join, rlimits, uid drop, ``exec`` of bwrap) before any cell code runs.
@@ -68,7 +69,7 @@ __all__ = ["SANDBOX_MODES", "SandboxPlan", "bwrap_usable", "plan_sandbox", "UID_
 
 SANDBOX_MODES = ("auto", "bwrap", "fallback", "none")
 UID_RANGE = (0x5EC0_0000, 0x5EC0_0000 + (1 << 20))   # uids the root host hands to workers
-_PAGE_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # bwrap's two processes (outer + the cell's init) and the worker itself
 _BWRAP_OWN_PROCESSES = 3
 _ENV_ALLOW = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
@@ -103,20 +104,19 @@ class SandboxPlan:
         """Every live process of this sandbox (host pids), found three ways.
 
         With a cgroup its member list is enough (members cannot leave it: the cgroup
-        files they would write to belong to root); else descendants and the uid."""
+        files they would write to belong to root). Else the descendants of the root
+        (read from ``/proc/<pid>/task/<tid>/children``: no full scan of ``/proc``) and,
+        when the worker has a uid of its own, every process of that uid (full scan)."""
         if self.cgroup_procs:
-            members: set[int] = set()
+            found: set[int] = _descendants_quick(root_pid)
             for procs in self.cgroup_procs:
-                members |= _read_pids(procs)
-            return {pid for pid in members | _descendants_quick(root_pid)
-                    if _state(pid) not in ("Z", None)}
-        table = _process_table()
-        found = _descendants(root_pid, table)
-        for procs in self.cgroup_procs:
-            found |= _read_pids(procs)
-        if self.uid is not None:
-            found |= {pid for pid, (_, uid, _s) in table.items() if uid == self.uid}
-        return {pid for pid in found if pid in table and table[pid][2] != "Z"}
+                found |= _read_pids(procs)
+        else:
+            found = _descendants_by_children(root_pid)
+            if self.uid is not None:
+                found |= {pid for pid, (_, uid, _s) in _process_table().items()
+                          if uid == self.uid}
+        return {pid for pid in found if _state(pid) not in ("Z", "X", None)}
 
     def kill_round(self, root_pid: int, keep: Iterable[int]) -> int:
         """SIGKILL every live process of the sandbox but ``keep``; returns how many.
@@ -286,6 +286,7 @@ def _make_cgroups(plan: SandboxPlan, memory_bytes: int | None, max_processes: in
     max_pids = max_processes + (_BWRAP_OWN_PROCESSES if plan.mode == "bwrap" else 1)
     v2 = _cgroup_v2_parent()
     if v2 is not None:
+        _sweep_stale_cgroups(v2)
         path = os.path.join(v2, name)
         try:
             os.mkdir(path)
@@ -306,6 +307,7 @@ def _make_cgroups(plan: SandboxPlan, memory_bytes: int | None, max_processes: in
         parent = _cgroup_v1_parent(controller)
         if parent is None:
             continue
+        _sweep_stale_cgroups(parent)
         path = os.path.join(parent, name)
         try:
             os.mkdir(path)
@@ -325,6 +327,22 @@ def _make_cgroups(plan: SandboxPlan, memory_bytes: int | None, max_processes: in
             plan.cgroup_procs.append(os.path.join(path, "cgroup.procs"))
         except OSError:
             pass
+
+
+def _sweep_stale_cgroups(parent: str) -> None:
+    """Remove empty cgroups left by a host that died (their names carry its pid)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) == 4 and parts[0] == "spectool" and parts[1].isdigit() \
+                and not os.path.exists(f"/proc/{parts[1]}"):
+            try:
+                os.rmdir(os.path.join(parent, name))
+            except OSError:
+                pass
 
 
 def _cgroup_v2_parent() -> str | None:
@@ -462,6 +480,30 @@ def _descendants_quick(root: int) -> set[int]:
     return found
 
 
+def _descendants_by_children(root: int) -> set[int]:
+    """The root and all its descendants, through the kernel's per-thread children lists
+    (falls back to a full /proc scan where the kernel does not provide them)."""
+    if not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
+        return _descendants(root, _process_table())
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid in found:
+            continue
+        found.add(pid)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                    todo.extend(int(x) for x in fh.read().split())
+            except (OSError, ValueError):
+                pass
+    return found
+
+
 def _descendants(root: int, table: dict[int, tuple[int, int, str]]) -> set[int]:
     children: dict[int, list[int]] = {}
     for pid, (ppid, _, _s) in table.items():
@@ -485,4 +527,4 @@ def _cpu_seconds(pid: int) -> float:
         return 0.0
     fields = stat[stat.rfind(b")") + 2:].split()
     # fields[0] is the state (stat field 3): utime..cstime are stat fields 14..17
-    return sum(int(x) for x in fields[11:15]) / _PAGE_TICKS
+    return sum(int(x) for x in fields[11:15]) / _CLOCK_TICKS

@@ -241,11 +241,26 @@ class SubprocessExecutor:
             worker = plan.worker_pid(self._proc.pid)
             self._keep = _chain(self._proc.pid, worker)
         except BaseException as exc:
+            said = await self._last_words() if isinstance(exc, Exception) else ""
             await self._kill()
             if isinstance(exc, (anyio.EndOfStream, anyio.IncompleteRead, _Violation, OSError,
                                 pickle.UnpicklingError, anyio.BrokenResourceError)):
-                raise WorkerCrashedError(f"worker did not start: {exc!r}") from None
+                raise WorkerCrashedError(f"worker did not start ({plan.mode} sandbox): "
+                                         f"{exc!r}{said}") from None
             raise
+
+    async def _last_words(self) -> str:
+        """What a worker that failed to start wrote (bwrap's or Python's error), briefly."""
+        data = b""
+        if self._output is not None:
+            with anyio.move_on_after(0.5):
+                try:
+                    while len(data) < 2000:
+                        data += await self._output.receive(2000)
+                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    pass
+        text = data.decode("utf-8", "replace").strip()[-1000:]
+        return f"; it said: {text}" if text else ""
 
     async def aclose(self) -> None:
         await self._kill()

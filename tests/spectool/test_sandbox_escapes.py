@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 import spectool
+import spectool.sandbox
 import spectool.subprocess_executor as sx
 from spectool.sandbox import bwrap_usable, _bwrap_problem
 from spectool.subprocess_executor import Opaque, SubprocessExecutor, WorkerLimits
@@ -146,18 +147,29 @@ for pid in alive:
 """
 
 
+@pytest.fixture(params=["cgroup", "rlimits"])
+def bounds(request, monkeypatch):
+    """Both ways of bounding the cell: a cgroup (root host), or rlimits without one."""
+    if request.param == "rlimits":
+        monkeypatch.setattr(spectool.sandbox, "_make_cgroups", lambda *a: None)
+    elif not ROOT:
+        pytest.skip("cgroups are used only when the host runs as root")
+    return request.param
+
+
 @pytest.mark.parametrize("mode", SANDBOXED)
-async def test_forked_children_cannot_exceed_memory_together(anyio_backend, mode):
+async def test_forked_children_cannot_exceed_memory_together(anyio_backend, mode, bounds):
     limit = 256 << 20
     with anyio.fail_after(60):
         out, v, _ = await run(MEMORY_ATTACK, sandbox=mode, memory_bytes=limit, max_processes=3)
     if isinstance(out.error, spectool.WorkerCrashedError):
-        return          # the cgroup's OOM killer chose the worker: the cell stopped
+        assert bounds == "cgroup"   # the cgroup's OOM killer chose the worker: cell stopped
+        return
     assert out.error is None, out.error
-    if ROOT and _cgroup_memory(mode):
+    if bounds == "cgroup" and _cgroup_memory(mode):
         assert v["held_mb"] << 20 <= limit          # one cgroup bounds them all
     else:   # documented rlimit bound: (1 + max_processes) * memory_bytes
-        assert v["forked"] <= 3
+        assert v["forked"] <= 3 and v["held_mb"] << 20 <= (1 + 3) * limit
 
 
 async def test_negative_control_children_exceed_memory_without_sandbox(anyio_backend):
@@ -175,14 +187,15 @@ FORK_MANY = ("import os, time\nkids = []\nfor i in range(40):\n    try:\n"
              "for pid in kids:\n    os.kill(pid, 9)\n    os.waitpid(pid, 0)\n")
 
 
-@pytest.mark.parametrize("mode", ["none", *SANDBOXED])
-async def test_number_of_processes_is_bounded(anyio_backend, mode):
+@pytest.mark.parametrize("mode", SANDBOXED)
+async def test_number_of_processes_is_bounded(anyio_backend, mode, bounds):
     out, v, _ = await run(FORK_MANY, sandbox=mode, max_processes=5)
-    assert out.error is None
-    if mode == "none":          # negative control
-        assert v["forked"] == 40
-    else:
-        assert v["forked"] <= 5
+    assert out.error is None and v["forked"] <= 5
+
+
+async def test_negative_control_unsandboxed_cell_forks_without_bound(anyio_backend):
+    out, v, _ = await run(FORK_MANY, sandbox="none", max_processes=5)
+    assert out.error is None and v["forked"] == 40
 
 
 # ------------------------------------------------------------ detached children
@@ -207,7 +220,7 @@ def daemonise(tag: str) -> str:
 
 
 @pytest.mark.parametrize("mode", SANDBOXED)
-async def test_detached_child_does_not_outlive_the_turn(anyio_backend, mode):
+async def test_detached_child_does_not_outlive_the_turn(anyio_backend, mode, bounds):
     tag = f"{1000 + os.getpid() % 1000}.{time.monotonic_ns() % 10**9}"
     ex = SubprocessExecutor(limits=WorkerLimits(sandbox=mode))
     try:

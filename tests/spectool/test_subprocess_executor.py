@@ -142,3 +142,102 @@ async def test_runtime_with_subprocess_executor(anyio_backend, mode):
             assert res.stats.misses == 2
         res = await rt.run_cell("def f():\n    return m\nz = f() + 1\n")
         assert res.namespace["z"] == 9 and isinstance(res.namespace["f"], Opaque)
+
+
+# ------------------------------------------------ bounded unpickling and framing
+class _Reduce:
+    def __init__(self, fn, args):
+        self.fn, self.args = fn, args
+
+    def __reduce__(self):
+        return (self.fn, self.args)
+
+
+def _dag(levels):
+    d = []
+    for _ in range(levels):
+        d = [d, d]
+    return d
+
+
+def _nested(depth):
+    # written as opcodes: pickle.dumps itself recurses (an attacker writes the bytes)
+    return b"\x80\x02)" + b"\x85" * depth + b"."
+
+
+BOMBS = {
+    "bytearray_of_int": _Reduce(bytearray, (1 << 40,)),
+    "set_of_range": _Reduce(set, (range(1 << 40),)),
+    "frozenset_of_range": _Reduce(frozenset, (range(1 << 40),)),
+    "deque_of_range": _Reduce(__import__("collections").deque, (range(1 << 40),)),
+    "shared_reference_dag": _dag(64),
+    "deep_nesting": _nested(5000),
+}
+
+
+@pytest.mark.parametrize("name", BOMBS)
+def test_safe_loads_refuses_what_would_blow_up_in_the_host(name):
+    bomb = BOMBS[name]
+    blob = bomb if type(bomb) is bytes else pickle.dumps(bomb, protocol=pickle.HIGHEST_PROTOCOL)
+    assert len(blob) < 100_000
+    with pytest.raises(pickle.UnpicklingError):
+        safe_loads(blob)
+
+
+def test_negative_control_plain_loads_builds_the_dag_and_the_nesting():
+    # plain pickle rebuilds what safe_loads refuses (the other bombs would really
+    # allocate terabytes, so they are only shown refused)
+    assert pickle.loads(pickle.dumps(_dag(64)))[0] is not None
+    deep = pickle.loads(_nested(5000))
+    for _ in range(5000):
+        deep = deep[0]
+    assert deep == ()
+
+
+def test_safe_loads_keeps_plain_values():
+    import collections
+    value = {"s": {1, 2}, "f": frozenset({3}), "b": bytearray(b"xy"), "c": complex(1, 2),
+             "o": collections.OrderedDict(a=1), "q": collections.deque([1, 2], maxlen=5),
+             "r": range(3), "sl": slice(1, 2), "shared": [[1]] * 10}
+    for protocol in (2, pickle.HIGHEST_PROTOCOL):
+        assert safe_loads(pickle.dumps(value, protocol=protocol)) == value
+        error = safe_loads(pickle.dumps(KeyError("k"), protocol=protocol))
+        assert type(error) is KeyError and error.args == ("k",)
+
+
+def test_frames_out_of_step_are_refused():
+    from spectool import _worker as wire
+    from spectool.subprocess_executor import _Violation
+    ex = SubprocessExecutor()
+    ex._key, ex._nonce, ex._seq_in = b"k" * 32, b"n" * 16, 5
+    good = wire.frame(ex._key, 5, ex._nonce, b"data")
+    header, payload, tag = good[:wire.HEADER.size], b"data", good[-wire.MAC_SIZE:]
+    ex._check_frame(header, payload, tag)
+    for bad in (wire.frame(ex._key, 4, ex._nonce, b"data"),        # replayed number
+                wire.frame(ex._key, 5, b"m" * 16, b"data"),        # another turn's
+                wire.frame(b"x" * 32, 5, ex._nonce, b"data")):     # wrong key
+        with pytest.raises(_Violation):
+            ex._check_frame(bad[:wire.HEADER.size], b"data", bad[-wire.MAC_SIZE:])
+    with pytest.raises(_Violation):                                 # payload changed
+        ex._check_frame(header, b"datb", tag)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_worker_that_cannot_start_says_why(anyio_backend):
+    # 8 MB of address space is too little for Python itself: start fails clearly
+    ex = SubprocessExecutor(limits=WorkerLimits(memory_bytes=8 << 20))
+    try:
+        with pytest.raises(spectool.WorkerCrashedError, match="did not start"):
+            await ex.start()
+        out = await ex.run_cell("x = 1\n", [], recorder()[1])
+        assert isinstance(out.error, spectool.WorkerCrashedError)
+    finally:
+        await ex.aclose()
+
+
+def test_bad_limits_are_refused_by_name():
+    with pytest.raises(ValueError, match="sandbox"):
+        WorkerLimits(sandbox="docker")
+    with pytest.raises(ValueError, match="max_processes"):
+        WorkerLimits(max_processes=-1)
