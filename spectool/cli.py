@@ -1,14 +1,18 @@
-"""The ``spectool`` command line.
+"""The ``spectool`` command line: a thin dispatcher.
 
-    spectool bench oolong [--out DIR] [--modes baseline lazy spec] [--concurrency 1 4]
-                          [--repeats N] [--seed S ...] [--context-tokens 8192 ...]
-                          [--decoding vanilla speculative] [--shapes ...]
-                          [--root-model LITELLM_MODEL] [--sub-model LITELLM_MODEL]
-                          [--api-base URL] [--api-key KEY]
-                          [--time-scale X] [--no-plots] [--no-progress]
+    spectool --version
+    spectool bench oolong [...]      (provided by spectool_bench; see its cli module)
 
-Without model strings the benchmark runs on the embedded **simulated** models
-(``spectool_bench.simulated``) and reports simulated seconds.
+The core registers no benchmark itself and never imports ``spectool_bench``:
+subcommands come from the ``spectool.commands`` entry-point group. Each entry point
+is a ``register(subparsers)`` function that adds its subparser(s) and sets
+``func=handler`` on them (``handler(args) -> int``; it reports a bad
+flag with its own parser's ``error``). A provider that cannot
+be imported (an extra not installed) still shows up, as a subcommand that says
+what to install.
+
+``ensure_writable_dir`` is shared by the CLIs: an output folder is checked before
+any work starts, so a bad ``--out`` costs one error line, not a lost run.
 """
 
 from __future__ import annotations
@@ -16,81 +20,89 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
+from importlib import metadata
 from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["main", "build_parser", "ensure_writable_dir", "version", "OneLineErrorParser",
+           "ENTRY_POINT_GROUP"]
+
+ENTRY_POINT_GROUP = "spectool.commands"
 
 
-def _positive_float(text: str) -> float:
+def version() -> str:
+    """The installed distribution's version ("unknown" when run from a bare checkout)."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
+        return metadata.version("spectool")
+    except metadata.PackageNotFoundError:  # pragma: no cover - not installed
+        return "unknown"
 
 
-def _positive_int(text: str) -> int:
+def ensure_writable_dir(path: str | os.PathLike) -> Path:
+    """Create ``path`` if needed and prove a file can be written there.
+
+    Raises ``ValueError`` with one line naming the problem (a file in the way, no
+    permission, a read-only file system).
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"output folder {str(out)!r} exists and is not a folder")
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"output folder {str(out)!r} is not writable: "
+                         f"{exc.strerror or exc}") from None
+    return out
 
 
-def _context_tokens(text: str) -> int:
-    t = text.strip().upper()
-    mult = 1024 if t.endswith("K") else 1
-    try:
-        value = int(t[:-1] if mult > 1 else t) * mult
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a token count: {text!r} (e.g. 8192 or 8K)") from None
-    if not 1024 <= value <= 131072:
-        raise argparse.ArgumentTypeError(f"context tokens must be within 1K..128K, got {text}")
-    return value
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line: ``prog: error: ... (see prog --help)``.
+
+    Subparsers made from it are of the same class.
+    """
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _missing_provider(name: str, error: BaseException) -> Callable[[Any], None]:
+    """A stand-in subcommand for a provider whose imports failed."""
+
+    def register(subparsers: Any) -> None:
+        parser = subparsers.add_parser(name, help=f"(unavailable: {error})", add_help=False)
+        parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+        def handler(args: argparse.Namespace) -> int:
+            parser.error(f"'spectool {name}' is unavailable: {error} "
+                      f"(install the extra: pip install 'spectool[{name}]')")
+            return 2
+
+        parser.set_defaults(func=handler)
+
+    return register
+
+
+def _providers() -> list[tuple[str, Callable[[Any], None]]]:
+    found = []
+    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            found.append((ep.name, ep.load()))
+        except ImportError as exc:
+            found.append((ep.name, _missing_provider(ep.name, exc)))
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from spectool_bench.programs import SHAPES
-    from spectool_bench.runner import DECODINGS, MODES
-
-    parser = argparse.ArgumentParser(prog="spectool", description="spectool command line")
-    sub = parser.add_subparsers(dest="command", required=True)
-    bench = sub.add_parser("bench", help="run a benchmark")
-    which = bench.add_subparsers(dest="benchmark", required=True)
-    oo = which.add_parser(
-        "oolong", help="OOLONG-style long-context benchmark (simulated models by default)",
-        description="Run the OOLONG-style benchmark in baseline / lazy / spec modes and "
-                    "write a table, JSON and PNG plots. Without --root-model/--sub-model the "
-                    "models are SIMULATED.")
-    oo.add_argument("--out", type=Path, default=Path("out/oolong"), help="output folder")
-    oo.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
-    oo.add_argument("--concurrency", nargs="+", type=_positive_int, default=[1, 4],
-                    help="episodes in flight sharing the server (e.g. 1 4 8)")
-    oo.add_argument("--repeats", type=_positive_int, default=1)
-    oo.add_argument("--seed", nargs="+", type=int, default=[0], help="one or more seeds")
-    oo.add_argument("--context-tokens", nargs="+", type=_context_tokens, default=[8192],
-                    help="window sizes, e.g. 4K 8192 32K (1K..128K)")
-    oo.add_argument("--decoding", nargs="+", choices=DECODINGS, default=list(DECODINGS),
-                    help="simulated root decoding: vanilla and/or token-level speculative")
-    oo.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
-    oo.add_argument("--dataset", default="trec_coarse", choices=["trec_coarse", "imdb"])
-    oo.add_argument("--accuracy", type=float, default=0.95,
-                    help="simulated sub-model: probability each label is right")
-    oo.add_argument("--root-model", default=None, help="litellm model string for the root model")
-    oo.add_argument("--sub-model", default=None, help="litellm model string for the sub-model")
-    oo.add_argument("--max-questions", type=_positive_int, default=None,
-                    help="with --root-model: questions per window (default: all)")
-    oo.add_argument("--api-base", default=None,
-                    help="OpenAI-compatible base URL for the litellm models (e.g. a vLLM server)")
-    oo.add_argument("--api-key", default=None,
-                    help="API key for the litellm models (default: the provider's env variable)")
-    oo.add_argument("--time-scale", type=_positive_float, default=None,
-                    help="real seconds per simulated second (default 0.1; 1.0 with real models)")
-    oo.add_argument("--max-turns", type=_positive_int, default=6)
-    oo.add_argument("--no-plots", action="store_true")
-    oo.add_argument("--no-progress", action="store_true")
+    parser = OneLineErrorParser(
+        prog="spectool", description="spectool command line (speculative tool calling)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}",
+                        help="print the installed version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for _name, register in _providers():
+        register(sub)
     return parser
 
 
@@ -98,36 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "bench" and args.benchmark == "oolong":
-        from spectool_bench.runner import BenchConfig, main_bench
-
-        if not 0.0 <= args.accuracy <= 1.0:
-            parser.error(f"--accuracy must be within 0..1, got {args.accuracy}")
-        real = args.root_model is not None or args.sub_model is not None
-        cfg = BenchConfig(
-            out=args.out, modes=tuple(dict.fromkeys(args.modes)),
-            concurrency=tuple(dict.fromkeys(args.concurrency)), repeats=args.repeats,
-            seeds=tuple(dict.fromkeys(args.seed)),
-            context_tokens=tuple(dict.fromkeys(args.context_tokens)),
-            decoding=tuple(dict.fromkeys(args.decoding)), dataset=args.dataset,
-            shapes=tuple(dict.fromkeys(args.shapes)), accuracy=args.accuracy,
-            time_scale=args.time_scale or (1.0 if real else 0.1),
-            root_model=args.root_model, sub_model=args.sub_model, max_turns=args.max_turns,
-            max_questions=args.max_questions,
-            model_kwargs={k: v for k, v in (("api_base", args.api_base),
-                                            ("api_key", args.api_key)) if v} or None,
-            progress=not args.no_progress, plots=not args.no_plots)
-        try:
-            cfg.validate()
-        except ValueError as exc:
-            parser.error(str(exc))
-        report = main_bench(cfg)
-        print(report["table"])
-        print(f"\nwrote {Path(cfg.out) / 'oolong.json'}"
-              + "".join(f"\nwrote {p}" for p in report.get("plots", [])))
-        return 0
-    parser.error("unknown command")  # pragma: no cover
-    return 2
+    handler = getattr(args, "func", None)
+    if handler is None:  # pragma: no cover - every registered subcommand sets func
+        parser.error(f"no handler for {args.command!r}")
+    return handler(args)
 
 
 if __name__ == "__main__":  # pragma: no cover
