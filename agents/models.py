@@ -328,7 +328,7 @@ class ScriptedModel:
         self, messages: list[dict], tools: Sequence[dict] | None = None
     ) -> AsyncIterator[dict]:
         async for delta in self._replay(messages):
-            yield delta if isinstance(delta, dict) else {"content": delta}
+            yield delta  # any shape spectool.streams accepts (str, dicts, SDK chunks)
 
 
 class FunctionSubModel:

@@ -227,15 +227,22 @@ class ReplAgent:
         @spectool.tool(speculate="pure", name="llm_query_batched", batched_of="llm_query")
         async def llm_query_batched(prompts: list[str]) -> list[str]:
             results: list[str] = [""] * len(prompts)
+            errors: list[Exception] = []
 
             async def one(i: int, prompt: str) -> None:
                 async with limiter:
                     counter[0] += 1
-                    results[i] = await sub_model.complete(prompt)
+                    try:
+                        results[i] = await sub_model.complete(prompt)
+                    except Exception as exc:  # raised as itself below, not in a group
+                        errors.append(exc)
+                        tg.cancel_scope.cancel()
 
             async with anyio.create_task_group() as tg:
                 for i, prompt in enumerate(prompts):
                     tg.start_soon(one, i, prompt)
+            if errors:
+                raise errors[0]
             return results
 
         @spectool.tool(speculate="never", name="FINAL")

@@ -12,11 +12,11 @@ blocks are executed by ``tests/agents/test_wrapping.py``.
 
 from __future__ import annotations
 
-import codecs
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import spectool
+from spectool.streams import text_deltas
 from spectool.tools import Tool
 
 __all__ = ["tools_from_table", "runtime_for", "tee", "README_SECTION"]
@@ -64,20 +64,20 @@ def runtime_for(
     return spectool.Runtime(tools=tools, mode=mode, **runtime_kwargs)
 
 
-async def tee(stream: AsyncIterable[str | bytes], sink: list[str]) -> AsyncIterator[str | bytes]:
-    """Yield the deltas of ``stream`` unchanged, appending their text to ``sink``."""
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+async def tee(stream: AsyncIterable[Any] | Iterable[Any], sink: list[str]) -> AsyncIterator[str]:
+    """Yield the text deltas of ``stream``, appending each to ``sink``.
+
+    ``stream`` may yield any shape ``spectool.streams`` accepts (str, bytes decoded as
+    UTF-8, OpenAI / litellm / Anthropic / LangChain chunks); what comes out is its
+    message text as ``str`` deltas, which is also what lands in ``sink``.
+    """
+    texts = text_deltas(stream)
     try:
-        async for delta in stream:
-            sink.append(decoder.decode(delta) if isinstance(delta, bytes) else delta)
-            yield delta
-        tail = decoder.decode(b"", final=True)
-        if tail:
-            sink.append(tail)
+        async for text in texts:
+            sink.append(text)
+            yield text
     finally:
-        closer = getattr(stream, "aclose", None)
-        if closer is not None:
-            await closer()
+        await texts.aclose()
 
 
 README_SECTION = '''\
