@@ -57,6 +57,9 @@ def test_core_install_runs_the_tool_tier_example_without_torch_or_litellm(tmp_pa
     summaries, error, hits, _t = run.stdout.rsplit(" ", 3)
     assert summaries == "summary of 'part 1' summary of 'part 2'\n"
     assert (error, hits) == ("None", "2")
+    token = subprocess.run([str(python), "-I", "-c", "import token_spec"], cwd=work,
+                           capture_output=True, text=True, timeout=120)
+    assert token.returncode == 1 and "pip install 'spectool[token]'" in token.stderr
     version = subprocess.run([str(venv / "bin" / "spectool"), "--version"], cwd=work,
                              capture_output=True, text=True, timeout=120)
     assert version.returncode == 0 and version.stdout.startswith("spectool ")
