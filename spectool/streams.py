@@ -42,7 +42,7 @@ from .errors import StreamShapeError
 __all__ = ["Delta", "ToolCallDelta", "StreamNormalizer", "normalize", "deltas", "text_deltas"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ToolCallDelta:
     """A fragment of one tool call. ``index`` orders calls in the message (``None``:
     the flat form, where a name starts a new call and a nameless fragment continues
@@ -54,7 +54,7 @@ class ToolCallDelta:
     arguments: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Delta:
     """One normalised stream item: message text and tool-call fragments."""
 
@@ -184,6 +184,8 @@ def normalize(chunk: Any) -> Delta | None:
         return None
     if isinstance(chunk, str):
         return Delta(chunk) if chunk else None
+    if isinstance(chunk, Delta):  # already normalised (e.g. the output of deltas())
+        return chunk if chunk.text or chunk.tool_calls else None
     if isinstance(chunk, (bytes, bytearray, memoryview)):
         raise _refuse(chunk, "bytes need a StreamNormalizer or deltas(): "
                              "a character may span chunks")

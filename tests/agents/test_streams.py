@@ -144,3 +144,5 @@ def test_none_and_empty_deltas_carry_nothing():
     assert normalizer.feed(b"\xe2") is None and normalizer.close().text == "\ufffd"
     assert json.loads(normalize({"index": 0, "name": "f", "arguments": "{}"})
                       .tool_calls[0].arguments) == {}
+    delta = normalize("already")
+    assert normalize(delta) is delta                     # normalised deltas pass through
