@@ -1,13 +1,15 @@
 """Function-calling agent: OpenAI-style tool calls, launched as their JSON closes.
 
-A model streams one assistant message as OpenAI-shaped deltas::
+A model streams one assistant message, e.g. as OpenAI-shaped deltas::
 
     {"content": "text"}
     {"tool_calls": [{"index": 0, "id": "call_1",
                      "function": {"name": "search", "arguments": "{\\"q\\": \\"ca"}}]}
 
-(whole ``chat.completion.chunk`` dicts with ``choices[0].delta`` and the flat
-``{"index": 0, "name": ..., "arguments": ...}`` form are accepted too). A
+(or any other shape ``spectool.streams`` accepts: OpenAI SDK / litellm chunk
+objects, whole ``chat.completion.chunk`` dicts, the flat ``{"index": 0, "name": ...,
+"arguments": ...}`` form, Anthropic ``content_block_*`` events, LangChain
+``AIMessageChunk``s with ``tool_call_chunks``, OpenAI Responses events). A
 ``JsonTracker`` per call watches the streamed ``arguments``; in ``spec`` mode the
 moment a call's arguments form a complete JSON object, a speculatable tool is
 launched into the turn's ``spectool`` store, while the rest of the message is still
@@ -25,13 +27,16 @@ import inspect
 import json
 import time
 import uuid
-from collections.abc import AsyncIterable, Mapping, Sequence
+from collections.abc import AsyncIterable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import pydantic
+from spectool.errors import StreamError, StreamShapeError
 from spectool.store import Budget, Store
+from spectool.streams import Delta, ToolCallDelta, normalize
+from spectool.streams import deltas as normalized_deltas
 from spectool.tools import Tool, as_tool
 from spectool.trace import Trace, TurnStats
 
@@ -83,49 +88,44 @@ class ToolCall:
 
 
 class ToolCallAssembler:
-    """Folds streamed deltas into ``ToolCall``s; reports calls whose arguments close."""
+    """Folds streamed deltas into ``ToolCall``s; reports calls whose arguments close.
+
+    A delta is anything ``spectool.streams`` accepts (OpenAI / litellm chunks or
+    dicts, Anthropic events, LangChain ``AIMessageChunk``s, Responses API events,
+    text) or an already normalised ``spectool.streams.Delta``.
+    """
 
     def __init__(self) -> None:
         self.calls: dict[int, ToolCall] = {}
         self.content: list[str] = []
         self._last: int | None = None
 
-    def feed(self, delta: Mapping[str, Any]) -> list[ToolCall]:
+    def feed(self, delta: Any) -> list[ToolCall]:
         """Add one delta; returns the calls whose arguments just became complete JSON."""
-        if "choices" in delta:  # a whole chat.completion.chunk
-            choices = delta.get("choices") or []
-            return self.feed(choices[0].get("delta") or {}) if choices else []
-        if delta.get("content"):
-            self.content.append(delta["content"])
-        if "tool_calls" in delta:
-            parts = delta.get("tool_calls") or []
-        elif "name" in delta or "arguments" in delta:
-            parts = [delta]
-        else:
-            parts = []
+        if not isinstance(delta, Delta):
+            delta = normalize(delta)
+            if delta is None:
+                return []
+        if delta.text:
+            self.content.append(delta.text)
         closed = []
-        for part in parts:
+        for part in delta.tool_calls:
             call = self._call_for(part)
-            function = part.get("function") or part
-            if part.get("id"):
-                call.id = part["id"]
-            if function.get("name"):
-                call.name += function["name"]
+            if part.id:
+                call.id = part.id
+            if part.name:
+                call.name += part.name
             was_complete = call.tracker.complete
-            if function.get("arguments"):
-                call.tracker.feed(function["arguments"])
+            if part.arguments:
+                call.tracker.feed(part.arguments)
             if call.tracker.complete and not was_complete:
                 closed.append(call)
         return closed
 
-    def _call_for(self, part: Mapping[str, Any]) -> ToolCall:
-        index = part.get("index")
+    def _call_for(self, part: ToolCallDelta) -> ToolCall:
+        index = part.index
         if index is None:  # flat form: a name starts a new call
-            fn = part.get("function") or part
-            if fn.get("name") or self._last is None:
-                index = len(self.calls)
-            else:
-                index = self._last
+            index = len(self.calls) if part.name or self._last is None else self._last
         self._last = index
         if index not in self.calls:
             self.calls[index] = ToolCall(index)
@@ -213,35 +213,51 @@ class FunctionAgent:
         self.max_dispatches = max_dispatches
         self.max_output_bytes = max_output_bytes
 
-    async def run_message(self, deltas: AsyncIterable[Mapping[str, Any]]) -> MessageResult:
-        """Consume one streamed message, then run its tool calls for real."""
+    async def run_message(self, deltas: AsyncIterable[Any] | Iterable[Any]) -> MessageResult:
+        """Consume one streamed message, then run its tool calls for real.
+
+        ``deltas``: any shape ``spectool.streams`` accepts (sync or async). Raises
+        ``spectool.StreamError`` if the stream raises (nothing of the message runs;
+        the stream's exception is the ``__cause__``) and ``spectool.StreamShapeError``
+        for an item of an unknown shape, as ``Runtime.run`` does; never an
+        ``ExceptionGroup``. A tool's own error is its call's result, not raised.
+        """
         stats, trace = TurnStats(), Trace()
         assembler = ToolCallAssembler()
+        stream_error: Exception | None = None
         async with anyio.create_task_group() as tg:
             store = Store(self.tools, tg, budget=self.budget, trace=trace, stats=stats,
                           turn_id=uuid.uuid4().hex[:12], max_dispatches=self.max_dispatches,
                           max_output_bytes=self.max_output_bytes)
             try:
-                async for delta in deltas:
-                    for call in assembler.feed(delta):
-                        call.t_args_complete = trace.now()
-                        trace.add("arguments_complete", tool=call.name, index=call.index)
-                        if self.mode == "spec":
-                            self._launch(store, call)
+                try:
+                    async for delta in normalized_deltas(deltas):
+                        for call in assembler.feed(delta):
+                            call.t_args_complete = trace.now()
+                            trace.add("arguments_complete", tool=call.name, index=call.index)
+                            if self.mode == "spec":
+                                self._launch(store, call)
+                except Exception as exc:  # raised below, outside the task group
+                    stream_error = exc
                 stats.t_stream = trace.now()
-                trace.add("stream_end")
-                calls = assembler.ordered()
-                if self.mode == "lazy":
+                trace.add("stream_end", error=None if stream_error is None else repr(stream_error))
+                if stream_error is None:
+                    calls = assembler.ordered()
+                    if self.mode == "lazy":
+                        for call in calls:
+                            self._launch(store, call)
+                    t_exec = trace.now()
                     for call in calls:
-                        self._launch(store, call)
-                t_exec = trace.now()
-                for call in calls:
-                    await self._run_real(store, call)
-                stats.t_exec = trace.now() - t_exec
+                        await self._run_real(store, call)
+                    stats.t_exec = trace.now() - t_exec
             finally:
                 store.close()
         stats.t_turn = trace.now()
         trace.add("turn_end")
+        if isinstance(stream_error, StreamShapeError):
+            raise stream_error
+        if stream_error is not None:
+            raise StreamError(f"the model stream raised: {stream_error!r}") from stream_error
         return MessageResult(assembler.text, assembler.ordered(), stats, trace)
 
     def _launch(self, store: Store, call: ToolCall) -> None:

@@ -92,14 +92,21 @@ def harness_tools(name: str, sub_model: Any, *, on_final: Callable[[str, Any], N
         # claims each element's speculation and only the misses reach this function
         async def run(prompts: list[str], **kw: Any) -> list[str]:
             results: list[str] = [""] * len(prompts)
+            errors: list[Exception] = []
 
             async def one(i: int, prompt: str) -> None:
                 async with limiter:
-                    results[i] = await complete(prompt, kw)
+                    try:
+                        results[i] = await complete(prompt, kw)
+                    except Exception as exc:  # raised as itself below, not in a group
+                        errors.append(exc)
+                        tg.cancel_scope.cancel()
 
             async with anyio.create_task_group() as tg:
                 for i, prompt in enumerate(prompts):
                     tg.start_soon(one, i, prompt)
+            if errors:
+                raise errors[0]
             return results
 
         run.__name__ = tool_name

@@ -19,7 +19,6 @@ are); the scripted and token_spec adapters run under asyncio and trio.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -60,33 +59,39 @@ def import_litellm():
 
 
 async def aclose_litellm(timeout: float = 5.0) -> None:
-    """Under asyncio: wait for litellm's fire-and-forget logging tasks, close its clients.
+    """Under asyncio: let litellm's fire-and-forget tasks finish, then close its clients.
 
-    litellm spawns background tasks after each call and caches HTTP clients; call this
-    before the event loop ends so none of them outlives its scope.
+    litellm spawns background tasks after each call (success/logging hooks and a
+    long-lived logging queue worker) and caches HTTP clients; call this before the
+    event loop ends so none of them outlives its scope. Only public API and plain
+    asyncio are used (no litellm internals), so any litellm version works: the hook
+    tasks get ``timeout`` seconds to finish, whatever litellm task is still running
+    then (the queue worker waits forever by design) is cancelled and awaited, and
+    ``litellm.close_litellm_async_clients()`` closes the cached clients.
     """
     import asyncio  # noqa: PLC0415 - litellm is asyncio-only
 
     litellm = import_litellm()
+    folder = os.path.dirname(litellm.__file__) + os.sep
 
-    def hook_tasks() -> list[asyncio.Task]:
-        """Per-call success/logging hooks (not the long-lived queue worker)."""
+    def litellm_tasks() -> list[asyncio.Task]:
         current = asyncio.current_task()
         return [t for t in asyncio.all_tasks() if t is not current and not t.done()
-                and "/litellm/" in getattr(getattr(t.get_coro(), "cr_code", None),
-                                           "co_filename", "")
-                and not getattr(t.get_coro(), "__qualname__", "").endswith("._worker_loop")]
+                and getattr(getattr(t.get_coro(), "cr_code", None), "co_filename",
+                            "").startswith(folder)]
 
-    if tasks := hook_tasks():
-        await asyncio.wait(tasks, timeout=timeout)
-    try:  # litellm's queue worker, started on demand by those hooks (pinned 1.110.2)
-        from litellm.litellm_core_utils.logging_worker import GLOBAL_LOGGING_WORKER  # noqa: PLC0415
-    except ImportError:  # pragma: no cover - another litellm layout
-        GLOBAL_LOGGING_WORKER = None
-    if GLOBAL_LOGGING_WORKER is not None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(GLOBAL_LOGGING_WORKER.flush(), timeout)
-        await GLOBAL_LOGGING_WORKER.stop(timeout=timeout)
+    def is_worker(task: asyncio.Task) -> bool:  # waits on its queue forever
+        return getattr(task.get_coro(), "__qualname__", "").endswith("_worker_loop")
+
+    if hooks := [t for t in litellm_tasks() if not is_worker(t)]:
+        await asyncio.wait(hooks, timeout=timeout)
+    for _ in range(3):  # a cancelled worker may flush once more; bounded
+        left = litellm_tasks()
+        if not left:
+            break
+        for task in left:
+            task.cancel()
+        await asyncio.wait(left, timeout=timeout)
     await litellm.close_litellm_async_clients()
 
 
@@ -323,7 +328,7 @@ class ScriptedModel:
         self, messages: list[dict], tools: Sequence[dict] | None = None
     ) -> AsyncIterator[dict]:
         async for delta in self._replay(messages):
-            yield delta if isinstance(delta, dict) else {"content": delta}
+            yield delta  # any shape spectool.streams accepts (str, dicts, SDK chunks)
 
 
 class FunctionSubModel:

@@ -6,20 +6,20 @@ into ``spectool`` tools (naming the ones that may start early) and builds a
 ``spectool.Runtime``; ``tee`` passes a stream through while keeping its text for the
 loop's history. For JSON function calling, ``FunctionAgent.run_message`` takes the
 OpenAI-style delta stream instead. Everything is anyio: the same code runs under
-asyncio and trio. ``README_SECTION`` is the text for the project README; its code
-blocks are executed by ``tests/agents/test_wrapping.py``.
+asyncio and trio. The README's "Put the runtime under your own agent loop" examples
+use these; ``tests/agents/test_wrapping.py`` runs their loop functions under both.
 """
 
 from __future__ import annotations
 
-import codecs
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import spectool
+from spectool.streams import text_deltas
 from spectool.tools import Tool
 
-__all__ = ["tools_from_table", "runtime_for", "tee", "README_SECTION"]
+__all__ = ["tools_from_table", "runtime_for", "tee"]
 
 
 def tools_from_table(
@@ -69,54 +69,17 @@ def runtime_for(
     return spectool.Runtime(tools=tools, mode=mode, **runtime_kwargs)
 
 
-async def tee(stream: AsyncIterable[str | bytes], sink: list[str]) -> AsyncIterator[str | bytes]:
-    """Yield the deltas of ``stream`` unchanged, appending their text to ``sink``."""
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+async def tee(stream: AsyncIterable[Any] | Iterable[Any], sink: list[str]) -> AsyncIterator[str]:
+    """Yield the text deltas of ``stream``, appending each to ``sink``.
+
+    ``stream`` may yield any shape ``spectool.streams`` accepts (str, bytes decoded as
+    UTF-8, OpenAI / litellm / Anthropic / LangChain chunks); what comes out is its
+    message text as ``str`` deltas, which is also what lands in ``sink``.
+    """
+    texts = text_deltas(stream)
     try:
-        async for delta in stream:
-            sink.append(decoder.decode(delta) if isinstance(delta, bytes) else delta)
-            yield delta
-        tail = decoder.decode(b"", final=True)
-        if tail:
-            sink.append(tail)
+        async for text in texts:
+            sink.append(text)
+            yield text
     finally:
-        closer = getattr(stream, "aclose", None)
-        if closer is not None:
-            await closer()
-
-
-README_SECTION = '''\
-## Put the runtime under your own agent loop
-
-Your loop already has a tool table (`my_tools`: name -> function) and, per model
-message, a stream of text deltas. Build one runtime per conversation and hand it
-each message's stream; cells in the message run in a persistent namespace, and
-calls to the tools you name `pure` start while the message is still streaming:
-
-```python
-from spectool_agents import runtime_for, tee
-
-runtime = runtime_for(my_tools, pure={"search"}, mode="spec")  # "baseline" to compare
-
-async def on_model_message(stream):                # call it from your loop
-    text = []                                      # the message, for your history
-    result = await runtime.run(tee(stream, text))  # runs its repl / python cells
-    return "".join(text), result.stdout, result.error
-```
-
-For JSON function calling, feed the OpenAI-style delta stream to a `FunctionAgent`;
-each pure tool starts as soon as its arguments' JSON closes:
-
-```python
-from spectool_agents import FunctionAgent, tools_from_table
-
-agent = FunctionAgent(tools_from_table(my_tools, pure={"search"}))
-
-async def on_model_deltas(deltas):                 # {"tool_calls": [...]} deltas
-    message = await agent.run_message(deltas)
-    return message.assistant_message(), message.tool_messages()
-```
-
-Both run under asyncio (`asyncio.run`) and trio (`trio.run`) alike: the runtime is
-written against anyio.
-'''
+        await texts.aclose()

@@ -27,6 +27,7 @@ from .errors import (
     RuntimeClosedError,
     SpecToolError,
     StreamError,
+    StreamShapeError,
     ToolArgumentError,
     ToolError,
     ToolOutputTooLargeError,
@@ -62,5 +63,6 @@ __all__ = [
     "WorkerCrashedError",
     "RemoteCellError",
     "StreamError",
+    "StreamShapeError",
     "RuntimeClosedError",
 ]

@@ -40,6 +40,7 @@ latest open tail, the end of input) and runs them one at a time in one task:
 from __future__ import annotations
 
 import functools
+import threading
 from collections import deque
 from typing import Any, Mapping
 
@@ -50,6 +51,12 @@ import anyio.lowlevel
 from ._threads import run_in_worker
 from .store import Store
 from .trace import Trace
+from ._parse import parse as parse_ast
+from ._parse import set_guard as _set_parse_guard
+
+# the shadow parses in a worker thread while the segmenter parses in the event loop:
+# one process-wide lock around every AST build (a CPython 3.11 race; see _parse)
+_set_parse_guard(threading.RLock())
 
 __all__ = ["QueueDriver", "ShadowDriver", "tool_infos", "first_of", "written_names", "wanted"]
 
@@ -304,7 +311,7 @@ def written_names(source: str, tree: Any) -> frozenset[str]:
     from .shadow import analysis
     if not isinstance(tree, ast.Module):
         try:
-            tree = ast.parse(source)
+            tree = parse_ast(source)
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             return frozenset()
     return analysis.written_names(tree.body)

@@ -1,15 +1,19 @@
-"""The ``spectool`` command line.
+"""The ``spectool`` command line: a thin dispatcher.
 
+    spectool --version
     spectool replay LOG [--out DIR] [--rate TOK_S] [--latency S] [--time-scale X]
-    spectool bench oolong [--out DIR] [--modes baseline lazy spec] [--concurrency 1 4]
-                          [--repeats N] [--seed S ...] [--context-tokens 8192 ...]
-                          [--decoding vanilla speculative] [--shapes ...]
-                          [--root-model LITELLM_MODEL] [--sub-model LITELLM_MODEL]
-                          [--api-base URL] [--api-key KEY]
-                          [--time-scale X] [--no-plots] [--no-progress]
+    spectool bench oolong [...]      (provided by spectool_bench; see its cli module)
 
-Without model strings the benchmark runs on the embedded **simulated** models
-(``spectool_bench.simulated``) and reports simulated seconds.
+The core registers no benchmark itself and never imports ``spectool_bench``:
+subcommands come from the ``spectool.commands`` entry-point group. Each entry point
+is a ``register(subparsers)`` function that adds its subparser(s) and sets
+``func=handler`` on them (``handler(args) -> int``; it reports a bad
+flag with its own parser's ``error``). A provider that cannot
+be imported (an extra not installed) still shows up, as a subcommand that says
+what to install.
+
+``ensure_writable_dir`` is shared by the CLIs: an output folder is checked before
+any work starts, so a bad ``--out`` costs one error line, not a lost run.
 """
 
 from __future__ import annotations
@@ -17,7 +21,79 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
+from importlib import metadata
 from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["main", "build_parser", "ensure_writable_dir", "version", "OneLineErrorParser",
+           "ENTRY_POINT_GROUP"]
+
+ENTRY_POINT_GROUP = "spectool.commands"
+
+
+def version() -> str:
+    """The installed distribution's version ("unknown" when run from a bare checkout)."""
+    try:
+        return metadata.version("spectool")
+    except metadata.PackageNotFoundError:  # pragma: no cover - not installed
+        return "unknown"
+
+
+def ensure_writable_dir(path: str | os.PathLike) -> Path:
+    """Create ``path`` if needed and prove a file can be written there.
+
+    Raises ``ValueError`` with one line naming the problem (a file in the way, no
+    permission, a read-only file system).
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"output folder {str(out)!r} exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"output folder {str(out)!r} is not writable: "
+                         f"{exc.strerror or exc}") from None
+    return out
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line: ``prog: error: ... (see prog --help)``.
+
+    Subparsers made from it are of the same class.
+    """
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _missing_provider(name: str, error: BaseException) -> Callable[[Any], None]:
+    """A stand-in subcommand for a provider whose imports failed."""
+
+    def register(subparsers: Any) -> None:
+        parser = subparsers.add_parser(name, help=f"(unavailable: {error})", add_help=False)
+        parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+        def handler(args: argparse.Namespace) -> int:
+            parser.error(f"'spectool {name}' is unavailable: {error} "
+                      f"(install the extra: pip install 'spectool[{name}]')")
+            return 2
+
+        parser.set_defaults(func=handler)
+
+    return register
+
+
+def _providers() -> list[tuple[str, Callable[[Any], None]]]:
+    found = []
+    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            found.append((ep.name, ep.load()))
+        except ImportError as exc:
+            found.append((ep.name, _missing_provider(ep.name, exc)))
+    return found
 
 
 def _positive_float(text: str) -> float:
@@ -30,83 +106,9 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
-
-
-def _context_tokens(text: str) -> int:
-    t = text.strip().upper()
-    mult = 1024 if t.endswith("K") else 1
-    try:
-        value = int(t[:-1] if mult > 1 else t) * mult
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a token count: {text!r} (e.g. 8192 or 8K)") from None
-    if not 1024 <= value <= 131072:
-        raise argparse.ArgumentTypeError(f"context tokens must be within 1K..128K, got {text}")
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from spectool_bench.programs import SHAPES
-    from spectool_bench.runner import DECODINGS, MODES
-
-    parser = argparse.ArgumentParser(prog="spectool", description="spectool command line")
-    sub = parser.add_subparsers(dest="command", required=True)
-    bench = sub.add_parser("bench", help="run a benchmark")
-    which = bench.add_subparsers(dest="benchmark", required=True)
-    oo = which.add_parser(
-        "oolong", help="OOLONG-style long-context benchmark (simulated models by default)",
-        description="Run the OOLONG-style benchmark in baseline / lazy / spec modes and "
-                    "write a table, JSON and PNG plots. Without --root-model/--sub-model the "
-                    "models are SIMULATED.")
-    oo.add_argument("--out", type=Path, default=Path("out/oolong"), help="output folder")
-    oo.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
-    oo.add_argument("--concurrency", nargs="+", type=_positive_int, default=[1, 4],
-                    help="episodes in flight sharing the server (e.g. 1 4 8)")
-    oo.add_argument("--repeats", type=_positive_int, default=1)
-    oo.add_argument("--seed", nargs="+", type=int, default=[0], help="one or more seeds")
-    oo.add_argument("--context-tokens", nargs="+", type=_context_tokens, default=[8192],
-                    help="window sizes, e.g. 4K 8192 32K (1K..128K)")
-    oo.add_argument("--decoding", nargs="+", choices=DECODINGS, default=list(DECODINGS),
-                    help="simulated root decoding: vanilla and/or token-level speculative")
-    oo.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
-    oo.add_argument("--dataset", default="trec_coarse",
-                    choices=["trec_coarse", "spam", "imdb", "agnews", "negation", "yahoo",
-                             "formality", "multinli", "metaphors", "app_reviews"])
-    oo.add_argument("--data", type=Path, default=None,
-                    help="official OOLONG files (parquet/JSONL/JSON, or a folder) instead of "
-                         "the generator; needs --root-model")
-    oo.add_argument("--accuracy", type=float, default=0.95,
-                    help="simulated sub-model: probability each label is right")
-    oo.add_argument("--root-model", default=None, help="litellm model string for the root model")
-    oo.add_argument("--sub-model", default=None,
-                    help="litellm model string for the sub-model; 'local' starts the project's "
-                         "own token-tier server (token_spec serve) and prints the 2x2 table "
-                         "token speculation x tool speculation (root model simulated)")
-    oo.add_argument("--token-spec", default="ngram", choices=["ngram", "suffix", "draft"],
-                    help="with --sub-model local: the speculative method of the 'on' server")
-    oo.add_argument("--gamma", type=_positive_int, default=4,
-                    help="with --sub-model local: draft length of the 'on' server")
-    oo.add_argument("--sub-max-tokens", type=_positive_int, default=24,
-                    help="with --sub-model local: max_tokens per sub-call")
-    oo.add_argument("--max-questions", type=_positive_int, default=None,
-                    help="with --root-model: questions per window (default: all)")
-    oo.add_argument("--api-base", default=None,
-                    help="OpenAI-compatible base URL for the litellm models (e.g. a vLLM server)")
-    oo.add_argument("--api-key", default=None,
-                    help="API key for the litellm models (default: the provider's env variable)")
-    oo.add_argument("--time-scale", type=_positive_float, default=None,
-                    help="real seconds per simulated second (default 0.1; 1.0 with real models)")
-    oo.add_argument("--max-turns", type=_positive_int, default=6)
-    oo.add_argument("--no-plots", action="store_true")
-    oo.add_argument("--no-progress", action="store_true")
-    rp = sub.add_parser(
+def _register_replay(subparsers: Any) -> None:
+    """``spectool replay LOG``: the core's own subcommand (``spectool.replay``)."""
+    rp = subparsers.add_parser(
         "replay", help="what-if replay of your own agent log through baseline / lazy / spec",
         description="Replay an agent log (OpenAI chat-completions messages, JSON or JSONL, "
                     "or spectool's replay JSONL) through baseline, lazy and spec with "
@@ -124,6 +126,30 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a file whose text is the REPL's `context` (default: from the log)")
     rp.add_argument("--tool", action="append", default=None,
                     help="another speculatable one-argument tool the cells call (repeatable)")
+
+    def handler(args: argparse.Namespace) -> int:
+        from .replay import ReplayError, main as replay_main
+
+        try:
+            if args.out is not None:
+                ensure_writable_dir(args.out)
+            return replay_main(args)
+        except (ReplayError, OSError, UnicodeDecodeError, ValueError) as exc:
+            rp.error(str(exc))
+            return 2
+
+    rp.set_defaults(func=handler)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineErrorParser(
+        prog="spectool", description="spectool command line (speculative tool calling)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}",
+                        help="print the installed version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _register_replay(sub)
+    for _name, register in _providers():
+        register(sub)
     return parser
 
 
@@ -131,55 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "bench" and args.benchmark == "oolong":
-        from spectool_bench.runner import BenchConfig, main_bench
-
-        if not 0.0 <= args.accuracy <= 1.0:
-            parser.error(f"--accuracy must be within 0..1, got {args.accuracy}")
-        if args.sub_model == "local":
-            if args.root_model is not None:
-                parser.error("--sub-model local keeps the root model simulated; "
-                             "drop --root-model")
-            from spectool_bench.two_tier import TwoTierConfig, main_two_tier
-
-            report = main_two_tier(TwoTierConfig(
-                token_method=args.token_spec, gamma=args.gamma, repeats=max(2, args.repeats),
-                max_tokens=args.sub_max_tokens, context_tokens=min(args.context_tokens),
-                seed=args.seed[0]))
-            print(report["table"])
-            return 0
-        real = args.root_model is not None or args.sub_model is not None
-        cfg = BenchConfig(
-            out=args.out, modes=tuple(dict.fromkeys(args.modes)),
-            concurrency=tuple(dict.fromkeys(args.concurrency)), repeats=args.repeats,
-            seeds=tuple(dict.fromkeys(args.seed)),
-            context_tokens=tuple(dict.fromkeys(args.context_tokens)),
-            decoding=tuple(dict.fromkeys(args.decoding)), dataset=args.dataset,
-            shapes=tuple(dict.fromkeys(args.shapes)), accuracy=args.accuracy,
-            time_scale=args.time_scale or (1.0 if real else 0.1),
-            root_model=args.root_model, sub_model=args.sub_model, max_turns=args.max_turns,
-            max_questions=args.max_questions, data=args.data,
-            model_kwargs={k: v for k, v in (("api_base", args.api_base),
-                                            ("api_key", args.api_key)) if v} or None,
-            progress=not args.no_progress, plots=not args.no_plots)
-        try:
-            cfg.validate()
-        except ValueError as exc:
-            parser.error(str(exc))
-        report = main_bench(cfg)
-        print(report["table"])
-        print(f"\nwrote {Path(cfg.out) / 'oolong.json'}"
-              + "".join(f"\nwrote {p}" for p in report.get("plots", [])))
-        return 0
-    if args.command == "replay":
-        from spectool.replay import ReplayError, main as replay_main
-
-        try:
-            return replay_main(args)
-        except (ReplayError, OSError, UnicodeDecodeError) as exc:
-            parser.error(str(exc))
-    parser.error("unknown command")  # pragma: no cover
-    return 2
+    handler = getattr(args, "func", None)
+    if handler is None:  # pragma: no cover - every registered subcommand sets func
+        parser.error(f"no handler for {args.command!r}")
+    return handler(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

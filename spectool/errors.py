@@ -18,11 +18,13 @@ Exception tree::
     │   ├── WorkerCrashedError         the subprocess worker died (resource limit, signal, EOF)
     │   └── RemoteCellError            a cell error that could not cross the pipe as itself
     ├── StreamError                    the model stream raised; nothing of the message ran
+    │   └── StreamShapeError           (also TypeError) a stream item of a shape spectool does not know
     └── RuntimeClosedError             the runtime was used after ``aclose()``
 
 ``TurnResult.error`` may hold a ``ToolError`` (a tool failed the way the baseline
-would have failed too) or an ``ExecutorError``; ``StreamError`` and
-``RuntimeClosedError`` are raised out of ``Runtime.run``.
+would have failed too) or an ``ExecutorError``; ``StreamError`` (with
+``StreamShapeError``) and ``RuntimeClosedError`` are raised out of ``Runtime.run``,
+and the same two out of the agents' ``FunctionAgent.run_message`` / ``ReplAgent.run``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ __all__ = [
     "WorkerCrashedError",
     "RemoteCellError",
     "StreamError",
+    "StreamShapeError",
     "RuntimeClosedError",
 ]
 
@@ -108,6 +111,13 @@ class StreamError(SpecToolError):
     """The model's stream raised before the message ended; nothing of it ran for real.
 
     The stream's own exception is the ``__cause__``.
+    """
+
+
+class StreamShapeError(StreamError, TypeError):
+    """A model stream yielded an item of a shape no adapter knows (``spectool.streams``).
+
+    The message names the item's type; nothing of the message ran.
     """
 
 

@@ -35,10 +35,11 @@ import anyio
 import anyio.lowlevel
 
 from .admission import Admission
-from .errors import RuntimeClosedError, StreamError
+from .errors import RuntimeClosedError, StreamError, StreamShapeError
 from .executor import InProcessExecutor
 from .segmenter import CellClosed, Segmenter, StatementClosed, TailChanged
 from .store import Budget, Store
+from .streams import StreamNormalizer
 from .tools import Tool, as_tool, check_tool_set
 from .trace import Trace, TurnStats
 
@@ -173,8 +174,13 @@ class Runtime:
         text = f"{fence}{self.languages[0]}\n{source}\n{fence}\n"
         return await self._run([text], exact_source=source)
 
-    async def run(self, stream: AsyncIterable[str | bytes] | Iterable[str | bytes]) -> TurnResult:
-        """Consume one model message and run its cells; see the module docstring."""
+    async def run(self, stream: AsyncIterable[Any] | Iterable[Any]) -> TurnResult:
+        """Consume one model message and run its cells; see the module docstring.
+
+        ``stream`` yields text deltas in any shape ``spectool.streams`` accepts (str,
+        bytes, OpenAI / litellm / Anthropic / LangChain chunks); ``None`` and empty
+        deltas are skipped, an unknown shape raises ``StreamShapeError``.
+        """
         return await self._run(stream)
 
     async def _run(self, stream: Any, exact_source: str | None = None) -> TurnResult:
@@ -278,6 +284,8 @@ class _Turn:
             store.close()              # unclaimed speculations are cancelled for real
         self.stats.t_turn = self.trace.now()
         self.trace.add("turn_end", **{k: v for k, v in self.stats.to_dict().items()})
+        if isinstance(stream_error, StreamShapeError):
+            raise stream_error  # names the item's type; the stream itself did not fail
         if stream_error is not None:
             raise StreamError(f"the model stream raised: {stream_error!r}") from stream_error
         error = next((c.error for c in results if c.error is not None), None)
@@ -286,23 +294,29 @@ class _Turn:
                           stats=self.stats, trace=self.trace, cells=results)
 
     async def _consume(self, stream: Any, segmenter: Any) -> None:
+        # every accepted delta shape (str, bytes, SDK chunks, ...): spectool.streams
+        normalizer = StreamNormalizer()
         if not hasattr(stream, "__aiter__"):
-            for delta in stream:
-                self.trace.add("chunk", chars=len(delta))
-                self._handle(segmenter.feed(delta))
+            for chunk in stream:
+                self._feed(normalizer.feed(chunk), segmenter)
                 await anyio.lowlevel.checkpoint()
         else:
             iterator = stream.__aiter__()
             try:
-                async for delta in iterator:
-                    self.trace.add("chunk", chars=len(delta))
-                    self._handle(segmenter.feed(delta))
+                async for chunk in iterator:
+                    self._feed(normalizer.feed(chunk), segmenter)
             finally:
                 aclose = getattr(iterator, "aclose", None)
                 if aclose is not None:
                     with anyio.CancelScope(shield=True):
                         await aclose()
+        self._feed(normalizer.close(), segmenter)
         self._handle(segmenter.close())
+
+    def _feed(self, delta: Any, segmenter: Any) -> None:
+        if delta is not None and delta.text:
+            self.trace.add("chunk", chars=len(delta.text))
+            self._handle(segmenter.feed(delta.text))
 
     def _handle(self, events: list[Any]) -> None:
         spec = self.rt.mode == "spec"

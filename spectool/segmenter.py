@@ -28,6 +28,7 @@ import ast
 import codecs
 import re
 from dataclasses import dataclass, field
+from ._parse import parse as parse_ast
 
 __all__ = [
     "Segmenter",
@@ -397,7 +398,7 @@ class Segmenter:
         if ended and cell.stmt_kind == "maybe_match":
             # `match x:` opens a block; `match = ...` is a simple statement
             try:
-                compile("".join(cell.stmt_lines), "<cell>", "exec", 0x400)
+                parse_ast("".join(cell.stmt_lines), "<cell>")
                 cell.stmt_kind = "simple"
             except (SyntaxError, ValueError, MemoryError, RecursionError):
                 cell.stmt_kind = "compound"
@@ -461,7 +462,7 @@ class Segmenter:
         self.work += len(source)
         cell.stmt_kind = None
         try:
-            tree = compile(source, "<cell>", "exec", ast.PyCF_ONLY_AST)
+            tree = parse_ast(source, "<cell>")
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             cell.broken = True
             return

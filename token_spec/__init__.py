@@ -26,6 +26,13 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+try:  # the core install (pip install spectool) has no torch: say what to install
+    import torch  # noqa: E402, F401
+except ImportError as exc:  # pragma: no cover - exercised by tests/test_core_install.py
+    raise ImportError("token_spec needs the token extra: pip install 'spectool[token]' "
+                      f"(on a CPU-only machine install torch from PyTorch's CPU index first; {exc})"
+                      ) from exc
+
 from .gamma import AdaptiveGamma, FixedGamma, GammaPolicy  # noqa: E402
 from .relaxed import RelaxedResult, RelaxedVerifier, verify_relaxed  # noqa: E402
 from .rounds import speculative_ids, vanilla_ids  # noqa: E402

@@ -42,26 +42,90 @@ OUR_DRAFTERS = ("ngram", "suffix", "draft")
 HF_METHODS = ("hf:greedy", "hf:prompt_lookup", "hf:assisted")
 
 
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {text}")
+        return value
+
+    parse.__name__ = f"int>={low}"
+    return parse
+
+
+def _float_within(low: float, high: float | None = None):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not (low <= value and (high is None or value <= high)):
+            bound = f"within {low:g}..{high:g}" if high is not None else f">= {low:g}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+
+    parse.__name__ = "float"
+    return parse
+
+
+def _comma_list(allowed) -> object:
+    """A comma list of names from ``allowed`` (each once)."""
+    def parse(text: str) -> str:
+        names = [n for n in text.split(",") if n]
+        bad = [n for n in names if n not in allowed]
+        if not names or bad:
+            raise argparse.ArgumentTypeError(f"unknown {bad or 'empty list'}; choose from {sorted(allowed)}")
+        return ",".join(dict.fromkeys(names))
+
+    parse.__name__ = "list"
+    return parse
+
+
+def _drafter_list(text: str) -> str:
+    """``ngram,suffix,draft:2``: known drafters, an optional ``:G`` with G >= 1."""
+    specs = [d for d in text.split(",") if d]
+    if not specs:
+        raise argparse.ArgumentTypeError(f"empty drafter list; choose from {list(OUR_DRAFTERS)}")
+    for spec in specs:
+        name, colon, g = spec.partition(":")
+        if name not in OUR_DRAFTERS:
+            raise argparse.ArgumentTypeError(f"unknown drafter {name!r}; choose from {list(OUR_DRAFTERS)}")
+        if colon and not (g.isdigit() and int(g) >= 1):
+            raise argparse.ArgumentTypeError(f"{spec!r}: the gamma after ':' must be an integer >= 1")
+    return ",".join(dict.fromkeys(specs))
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from spectool.cli import OneLineErrorParser, version
+
     from .prompts import DOMAINS
 
-    parser = argparse.ArgumentParser(prog="token_spec", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = OneLineErrorParser(prog="token_spec", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}",
+                        help="print the installed version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     b = sub.add_parser("bench", help="benchmark vanilla vs speculative vs HF assisted generation")
-    b.add_argument("--out", required=True, help="folder for bench.json and bench.png")
-    b.add_argument("--max-tokens", type=int, default=64, help="new tokens per request (default 64)")
-    b.add_argument("--repeats", type=int, default=3, help="repeats per prompt and method; the median is kept")
-    b.add_argument("--domains", default=",".join(DOMAINS), help=f"comma list of {sorted(DOMAINS)}")
-    b.add_argument("--prompts", type=int, default=0, help="use only the first N prompts per domain (0 = all)")
-    b.add_argument("--drafters", default=",".join(OUR_DRAFTERS), help=f"comma list of {list(OUR_DRAFTERS)}; name:G sets that drafter's gamma (e.g. draft:2)")
-    b.add_argument("--gamma", type=int, default=4, help="draft length per round (default 4)")
-    b.add_argument("--draft-confidence", type=float, default=0.4,
+    b.add_argument("--out", required=True, help="folder for bench.json and bench.png (checked writable first)")
+    b.add_argument("--max-tokens", type=_int_at_least(1), default=64, help="new tokens per request (default 64)")
+    b.add_argument("--repeats", type=_int_at_least(1), default=3,
+                   help="repeats per prompt and method (>= 1); the median is kept")
+    b.add_argument("--domains", type=_comma_list(DOMAINS), default=",".join(DOMAINS),
+                   help=f"comma list of {sorted(DOMAINS)}")
+    b.add_argument("--prompts", type=_int_at_least(0), default=0,
+                   help="use only the first N prompts per domain (0 = all)")
+    b.add_argument("--drafters", type=_drafter_list, default=",".join(OUR_DRAFTERS),
+                   help=f"comma list of {list(OUR_DRAFTERS)}; name:G sets that drafter's gamma (G >= 1, e.g. draft:2)")
+    b.add_argument("--gamma", type=_int_at_least(1), default=4, help="draft length per round (>= 1; default 4)")
+    b.add_argument("--draft-confidence", type=_float_within(0.0, 1.0), default=0.4,
                    help="draft model: stop drafting where its top probability < this (HF's default 0.4; 0 = off)")
     b.add_argument("--adaptive", action="store_true", help="adaptive gamma (HF heuristic) instead of fixed")
-    b.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--temperature", type=_float_within(0.0), default=0.0, help="0 = greedy (default)")
+    b.add_argument("--seed", type=int, default=0, help="sampling seed when --temperature > 0 (default 0)")
     b.add_argument("--no-hf", action="store_true", help="skip the Hugging Face generate() methods")
-    b.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")
+    b.add_argument("--threads", type=_int_at_least(0), default=0, help="torch intra-op threads (0 = torch default)")
     return parser
 
 
@@ -305,9 +369,14 @@ def plot(result: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    args = build_parser().parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    from spectool.cli import ensure_writable_dir
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:  # before the model loads: a bad --out costs one line, not a lost run
+        out = ensure_writable_dir(args.out)
+    except ValueError as exc:
+        parser.error(str(exc))
     result = run_bench(args)
     if argv is not None:
         result["command"] = "token_spec " + " ".join(argv)

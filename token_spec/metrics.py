@@ -127,6 +127,19 @@ class SpecMetrics:
             out.num_accepted_tokens_per_pos.pop()
         return out
 
+    def __str__(self) -> str:
+        """One readable line: tokens, τ, α̂, acceptance, speed, timings, lossless."""
+        def num(x: float | None, spec: str) -> str:
+            return "-" if x is None else format(x, spec)
+
+        return (f"{self.num_emitted_tokens} tokens in {self.num_requests} request(s): "
+                f"τ {self.mean_acceptance_length:.2f}, α̂ {num(self.alpha_hat, '.2f')}, "
+                f"acceptance {num(self.acceptance_rate, '.2f')}, "
+                f"{num(self.tokens_per_pass, '.2f')} tokens/pass, "
+                f"{num(self.tokens_per_s, '.1f')} tok/s; prefill {self.prefill_s:.2f} s, "
+                f"drafting {self.drafting_s:.2f} s, verification {self.verification_s:.2f} s, "
+                f"total {self.total_s:.2f} s; {'lossless' if self.lossless else 'NOT lossless'}")
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["num_accepted_tokens_per_pos"] = list(self.num_accepted_tokens_per_pos)
@@ -149,6 +162,10 @@ class MetricsBook:
         self.requests.append(request)
         while len(self.requests) > self.keep:
             self.requests.popleft()
+
+    def __str__(self) -> str:
+        """The cumulative counters as one readable line (see ``SpecMetrics.__str__``)."""
+        return str(self.cumulative)
 
     @property
     def last(self) -> SpecMetrics | None:

@@ -58,6 +58,7 @@ from .calls import CallsMixin
 from .expressions import ExpressionsMixin
 from .handlers import BuiltinsMixin
 from .statements import StatementsMixin
+from .._parse import parse as parse_ast
 
 __all__ = ["ShadowInterpreter", "StatementRecord"]
 
@@ -157,7 +158,7 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
             return
         try:
             if not isinstance(tree, ast.Module):
-                tree = ast.parse(source)
+                tree = parse_ast(source)
         except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
             self._dead = True
             self._records.append(StatementRecord(index, "error", f"does not parse: {exc}", 0))

@@ -40,6 +40,7 @@ from .limits import LimitExceeded, ShadowDeclined
 from .staleness import reset_peek
 from .scope import Scope, ShadowFunction
 from .values import TailBet, Touched, Unknown
+from .._parse import parse as parse_ast
 
 if TYPE_CHECKING:
     from .interpreter import ShadowInterpreter
@@ -205,14 +206,14 @@ def _synthesize(tail: str, relevant=lambda text: True, parts: tuple[str, str] | 
 
 def _parse(source: str) -> ast.Module | None:
     try:
-        return ast.parse(source)
+        return parse_ast(source)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         pass
     # a block header whose body has not streamed yet
     last = source.rstrip("\n").split("\n")[-1]
     indent = last[:len(last) - len(last.lstrip())]
     try:
-        return ast.parse(source + indent + "    pass\n")
+        return parse_ast(source + indent + "    pass\n")
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
 

@@ -21,8 +21,11 @@ Reply = Callable[[dict], "str | dict"]
 
 
 class OpenAIStub:
-    def __init__(self, reply: Reply, *, max_requests: int = 20, chunk_size: int = 4) -> None:
+    def __init__(self, reply: Reply, *, max_requests: int = 20, chunk_size: int = 4,
+                 after_call: Callable[[int], None] | None = None) -> None:
         self.reply = reply
+        self.after_call = after_call   # (call index) -> None, in the server thread, after
+        #                                that call's arguments were streamed
         self.max_requests = max_requests
         self.chunk_size = chunk_size
         self.requests: list[dict] = []
@@ -120,6 +123,8 @@ class OpenAIStub:
                 for i in range(0, len(args), n):
                     event({"tool_calls": [{"index": index,
                                            "function": {"arguments": args[i:i + n]}}]})
+                if self.after_call is not None:
+                    self.after_call(index)
             event({}, "tool_calls")
         handler.wfile.write(b"data: [DONE]\n\n")
         handler.wfile.flush()

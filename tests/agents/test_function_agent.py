@@ -60,10 +60,14 @@ def test_incomplete_and_invalid_texts():
     tracker.feed('{"a": 1}} ')
     assert tracker.invalid and not tracker.complete
     tracker = JsonTracker()
-    tracker.feed('{"a": tru}')                 # balanced but malformed
-    assert tracker.complete
-    with pytest.raises(json.JSONDecodeError):
+    tracker.feed('{"a": tru}')                 # balanced but malformed: never complete
+    assert tracker.invalid and not tracker.complete
+    with pytest.raises(ValueError, match="invalid JSON"):
         tracker.value()
+    tracker = JsonTracker()
+    tracker.feed('{"a": x, "b": {}')           # malformed before it closes
+    assert tracker.invalid
+    assert not tracker.feed("}")
 
 
 def test_scalars_complete_only_at_finish_and_empty_is_empty():

@@ -1,0 +1,119 @@
+"""Both CLIs: --version, help on every flag, bad flags and --out rejected in one line
+before any work or model load; the core never imports the benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from pathlib import Path
+
+import pytest
+
+from spectool import cli as spectool_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def token_cli():
+    return pytest.importorskip("token_spec.cli")
+
+
+@pytest.mark.parametrize("which", ["spectool", "token_spec"])
+def test_version_flag(which, capsys):
+    main = spectool_cli.main if which == "spectool" else token_cli().main
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"{which} {spectool_cli.version()}"
+
+
+def flags_without_help(parser: argparse.ArgumentParser) -> list[str]:
+    missing = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                missing += [f"{name} {m}" for m in flags_without_help(sub)]
+        elif action.option_strings and not action.help:
+            missing.append("/".join(action.option_strings))
+    return missing
+
+
+def test_every_flag_has_help_text():
+    assert flags_without_help(spectool_cli.build_parser()) == []
+    assert flags_without_help(token_cli().build_parser()) == []
+
+
+def test_negative_control_a_flag_without_help_is_found():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quiet-flag")
+    assert flags_without_help(parser) == ["--quiet-flag"]
+
+
+def one_line_error(main, argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_spectool_bench_out_is_checked_before_any_work(monkeypatch, capsys, tmp_path):
+    import spectool_bench.runner as runner
+
+    monkeypatch.setattr(runner, "main_bench", lambda cfg: pytest.fail("the benchmark ran"))
+    err = one_line_error(spectool_cli.main, ["bench", "oolong", "--out", "/etc/passwd"], capsys)
+    assert "/etc/passwd" in err and "not a folder" in err
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    err = one_line_error(spectool_cli.main, ["bench", "oolong", "--out", str(blocker / "sub")],
+                         capsys)
+    assert "not writable" in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--repeats", "0"], "--repeats: must be >= 1"),
+    (["--gamma", "0"], "--gamma: must be >= 1"),
+    (["--drafters", "draft:0"], "gamma after ':' must be an integer >= 1"),
+    (["--drafters", "ngram,bogus"], "unknown drafter 'bogus'"),
+    (["--domains", "nope"], "unknown ['nope']"),
+    (["--max-tokens", "-3"], "--max-tokens: must be >= 1"),
+    (["--temperature", "-1"], "--temperature: must be >= 0"),
+    (["--draft-confidence", "2"], "--draft-confidence: must be within 0..1"),
+])
+def test_token_spec_bad_flags_fail_before_the_model_loads(argv, words, monkeypatch, capsys,
+                                                           tmp_path):
+    cli = token_cli()
+    monkeypatch.setattr(cli, "run_bench", lambda args: pytest.fail("the benchmark ran"))
+    err = one_line_error(cli.main, ["bench", "--out", str(tmp_path), *argv], capsys)
+    assert words in err
+
+
+def test_token_spec_out_is_checked_before_the_model_loads(monkeypatch, capsys):
+    cli = token_cli()
+    monkeypatch.setattr(cli, "run_bench", lambda args: pytest.fail("the benchmark ran"))
+    err = one_line_error(cli.main, ["bench", "--out", "/etc/passwd"], capsys)
+    assert "/etc/passwd" in err
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_core_never_imports_the_benchmarks():
+    offenders = [str(p.relative_to(ROOT)) for folder in ("spectool", "token_spec", "agents")
+                 for p in (ROOT / folder).rglob("*.py") if "spectool_bench" in imports_of(p)]
+    assert offenders == []
+
+
+def test_negative_control_a_benchmark_import_is_found(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from spectool_bench.runner import main_bench\n")
+    assert "spectool_bench" in imports_of(module)

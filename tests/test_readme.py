@@ -1,0 +1,63 @@
+"""Every ```python block of README.md runs as printed.
+
+Each block runs in its own interpreter, from a folder outside the checkout, with
+``MAX_TOKENS=8`` in the environment (the token-tier example reads it, so the model
+block stays short). Blocks that load the SmolLM2 target are marked ``model`` and
+``slow``. A block must exit 0 and print something; its stderr is shown on failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FENCE = re.compile(r"^```python\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+
+
+def readme_blocks() -> list[tuple[str, str]]:
+    """(section heading, code) for every python block, in order."""
+    text = (ROOT / "README.md").read_text()
+    blocks = []
+    for match in FENCE.finditer(text):
+        headings = re.findall(r"^#+ (.+)$", text[: match.start()], re.MULTILINE)
+        blocks.append((headings[-1] if headings else "top", match.group(1)))
+    return blocks
+
+
+def _param(i: int, heading: str, code: str):
+    heavy = "token_spec.load_target" in code
+    marks = [pytest.mark.model, pytest.mark.slow] if heavy else []
+    slug = re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-")
+    return pytest.param(code, id=f"{i}-{slug}", marks=marks)
+
+
+BLOCKS = readme_blocks()
+
+
+def test_the_readme_has_its_python_examples():
+    assert len(BLOCKS) >= 4
+    assert len({code for _, code in BLOCKS}) == len(BLOCKS)
+
+
+@pytest.mark.parametrize("code", [_param(i, h, c) for i, (h, c) in enumerate(BLOCKS)])
+def test_readme_block_runs_as_printed(code, tmp_path):
+    script = tmp_path / "block.py"
+    script.write_text(code)
+    env = {**os.environ, "MAX_TOKENS": "8", "HF_HUB_OFFLINE": "1",
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"stdout:\n{run.stdout[-2000:]}\nstderr:\n{run.stderr[-4000:]}"
+    assert run.stdout.strip(), "the block printed nothing"
+
+
+def test_negative_control_a_broken_block_fails(tmp_path):
+    """Control: the runner reports a block that raises (so the test above can fail)."""
+    with pytest.raises(AssertionError):
+        test_readme_block_runs_as_printed("import spectool\nspectool.no_such_name\n", tmp_path)
