@@ -34,6 +34,7 @@ from collections.abc import Generator, Mapping
 from . import analysis
 from .builtins import BLOCKED_BUILTINS, SAFE_BUILTINS
 from .copying import PlainCopier
+from .determinism import text_safe
 from .staleness import poison, reachable, reaches
 from .limits import LimitExceeded, Limits, ShadowDeclined
 from .scope import Scope, ToolRef
@@ -401,7 +402,8 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
                 raise ShadowDeclined("driver sent something that is not an Outcome")
             copier = PlainCopier(self._limits.max_namespace_items)
             if outcome.error is not None:
-                value: object = _UserError(_sanitize_exception(outcome.error, copier))
+                value: object = _UserError(_sanitize_exception(outcome.error, copier),
+                                           exact=True)  # the tool's own exception
             else:
                 try:
                     value = copier.copy(outcome.value)
@@ -412,7 +414,7 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
             self._version += 1
         value = rec[1]
         if isinstance(value, _UserError):
-            raise _UserError(value.exc)
+            raise _UserError(value.exc, exact=True)
         return value
 
     def _need(self, value: object) -> Generator[WaitFor, Outcome, object]:
@@ -533,7 +535,10 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
             if not resolved:
                 break
         if err is not None:
-            raise _UserError(err)
+            # CPython's text names the arguments' types and values: the real one's only
+            # if every argument is plain data (no iterator, wrapper or opaque value)
+            exact = all(text_safe(a) for a in args) and all(text_safe(v) for v in kwargs.values())
+            raise _UserError(err, exact=exact)
         raise ShadowDeclined("an opaque value was read where it could not be resolved")
 
 

@@ -300,7 +300,7 @@ class StatementsMixin:
             except (RecursionError, MemoryError):
                 raise LimitExceeded("iteration") from None
             except Exception as exc:
-                raise _UserError(exc) from None
+                raise _UserError(exc, exact=True) from None  # next() of plain data
             if frame is not None:
                 frame.consumed += 1
             try:
@@ -402,7 +402,7 @@ class StatementsMixin:
         if node.exc is None:
             if not self._handling:
                 raise _UserError(RuntimeError("No active exception to reraise"))
-            raise _UserError(self._handling[-1])
+            raise _UserError(self._handling[-1], exact=True)  # keeps its mark
         exc = yield from self._known(node.exc, scope)
         if isinstance(exc, SafeFunc) and exc.is_class and issubclass(exc.raw, BaseException):
             exc = exc.raw()
@@ -410,13 +410,13 @@ class StatementsMixin:
             if isinstance(exc, BaseException):
                 raise ShadowDeclined("raising an exception of an unknown class")
             raise _UserError(TypeError("exceptions must derive from BaseException"))
-        raise _UserError(exc)
+        raise _UserError(exc, exact=True)  # built by the cell itself
 
     def _exec_Assert(self, node: ast.Assert, scope: Scope):
         test = yield from self._truth((yield from self._eval(node.test, scope)))
         if not test:
             msg = () if node.msg is None else ((yield from self._known(node.msg, scope)),)
-            raise _UserError(AssertionError(*msg))
+            raise _UserError(AssertionError(*msg), exact=True)  # the cell's own message
 
     def _exec_Import(self, node: ast.Import, scope: Scope):
         for alias in node.names:

@@ -304,3 +304,46 @@ def test_negative_control_import_fence_off_imports(monkeypatch):
     before = set(sys.modules)
     shadow_bets(["e = bytes('abc', 'cp500')", "f = 'abc'.encode('cp500')"], {})
     assert "encodings.cp500" in set(sys.modules) - before
+
+
+# ------------------------------------------------------------ exception messages
+
+ERROR_TEXT_CASES = {
+    # the shadow writes its own message; CPython 3.11 words it differently
+    "unbound_local": "def f():\n    y = y + 1\ntry:\n    f()\nexcept Exception as e:\n"
+                     "    llm_query(str(e))\n",
+    # CPython's text names the type: a generator is a list iterator in the shadow
+    "generator_type_name": "try:\n    s = 'a' + (x for x in [])\nexcept TypeError as e:\n"
+                           "    llm_query(str(e))\n",
+    "shadow_written_message": "try:\n    sorted()\nexcept TypeError as e:\n"
+                              "    llm_query(repr(e.args))\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERROR_TEXT_CASES))
+def test_exception_text_the_real_run_may_word_otherwise_is_unknown(case):
+    source = ERROR_TEXT_CASES[case]
+    real = real_calls(source, {})
+    bets = shadow_bets([source], {})
+    assert [b for b in bets if b not in real] == [], (bets, real)
+
+
+def test_negative_control_exception_text_unmarked_reaches_a_tool(monkeypatch):
+    from spectool.shadow import internals
+
+    def unmarked(self, exc, exact=False):
+        BaseException.__init__(self)
+        self.exc = exc
+
+    monkeypatch.setattr(internals._UserError, "__init__", unmarked)
+    stale = []
+    for source in ERROR_TEXT_CASES.values():
+        real = real_calls(source, {})
+        stale += [b for b in shadow_bets([source], {}) if b not in real]
+    assert len(stale) >= 2, stale
+
+
+def test_cpython_text_on_plain_data_stays_known():
+    source = "try:\n    int('x')\nexcept ValueError as e:\n    llm_query(str(e))\n"
+    assert shadow_bets([source], {}) == real_calls(source, {}) == [
+        ("invalid literal for int() with base 10: 'x'",)]
