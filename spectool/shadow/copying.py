@@ -11,11 +11,13 @@ from __future__ import annotations
 import collections
 import datetime
 import re
+import threading
+from collections.abc import Mapping
 
 from .limits import LimitExceeded
 from .values import Pending, Unknown
 
-__all__ = ["PlainCopier", "IMMUTABLE_TYPES", "MUTABLE_TYPES", "snapshot"]
+__all__ = ["PlainCopier", "IMMUTABLE_TYPES", "MUTABLE_TYPES", "snapshot", "ThreadSnapshot"]
 
 IMMUTABLE_TYPES: frozenset[type] = frozenset({
     type(None), bool, int, float, complex, str, bytes, range, slice,
@@ -32,13 +34,16 @@ _FACTORIES = frozenset({list, dict, set, int, float, str, tuple, collections.Cou
 class PlainCopier:
     """Copies plain data, counting elements against a budget; anything else -> Unknown."""
 
-    def __init__(self, max_items: int) -> None:
+    def __init__(self, max_items: int, stop: list[bool] | None = None) -> None:
         self.max_items = max_items
+        self.stop = stop  # [True] from another thread: give up (the snapshot's deadline)
         self.items = 0
         self.memo: dict[int, object] = {}
         self._keep: list[object] = []  # keeps memo ids valid
 
     def copy(self, value: object) -> object:
+        if self.stop is not None and self.stop[0]:
+            raise LimitExceeded("namespace copy cut short: the real run started")
         t = type(value)
         if t in IMMUTABLE_TYPES:
             if t is re.Match:
@@ -101,12 +106,12 @@ class PlainCopier:
         return out
 
 
-def snapshot(variables: dict, max_items: int) -> dict:
+def snapshot(variables: dict, max_items: int, stop: list[bool] | None = None) -> dict:
     """A private copy of the REPL variables, taken in one go (the runtime takes it at
     turn start). One copier for all names, so aliasing between names is kept; past
-    ``max_items`` elements in all, the remaining containers become Unknown. Dunder
-    names are left out (the shadow never reads them)."""
-    copier = PlainCopier(max_items)
+    ``max_items`` elements in all (or once ``stop[0]`` is set), the remaining containers
+    become Unknown. Dunder names are left out (the shadow never reads them)."""
+    copier = PlainCopier(max_items, stop)
     out: dict = {}
     for name, value in variables.items():
         if type(name) is not str or name.startswith("__"):
@@ -119,3 +124,47 @@ def snapshot(variables: dict, max_items: int) -> dict:
             for key in list(copier.memo)[before:]:  # half-built copies: never reuse them
                 copier.memo[key] = Unknown("namespace value too large")
     return out
+
+
+class ThreadSnapshot(Mapping):
+    """The namespace snapshot, taken off the event loop.
+
+    The runtime calls ``take()`` in a worker thread at turn start (copying a large
+    namespace would otherwise stall the loop) and ``stop()`` right before the real run
+    starts: the copier then gives up within one element and the names it had not
+    copied read as Unknown, so the real run never waits for more than that. The shadow
+    reads it as a mapping from its own worker thread; a read waits until ``take``
+    has returned (``done``)."""
+
+    def __init__(self, variables: dict, max_items: int) -> None:
+        self._variables = dict(variables)  # the bindings as they are now (cheap)
+        self._max_items = max_items
+        self._stop = [False]
+        self._copy: dict = {}
+        self.done = threading.Event()
+
+    def take(self) -> None:
+        try:
+            self._copy = snapshot(self._variables, self._max_items, self._stop)
+        finally:
+            self._variables = {}
+            self.done.set()
+
+    def stop(self) -> None:
+        self._stop[0] = True
+
+    def _ready(self) -> dict:
+        self.done.wait()
+        return self._copy
+
+    def __getitem__(self, name: str) -> object:
+        return self._ready()[name]
+
+    def __iter__(self):
+        return iter(self._ready())
+
+    def __len__(self) -> int:
+        return len(self._ready())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._ready()

@@ -388,8 +388,38 @@ def test_namespace_snapshot_is_private_and_taken_at_turn_start():
     shared = [1]
     variables = {"a": shared, "b": shared, "t": (shared, "x")}
     snap = _snapshot(variables)
+    snap.take()                                        # the runtime: in a worker thread
     shared.append(2)                                   # the real run changes it later
     assert snap["a"] == [1] and snap["a"] is snap["b"] and snap["t"][0] is snap["a"]
+
+
+def test_a_snapshot_cut_short_reads_as_unknown_never_half_copied():
+    from spectool.runtime import _snapshot
+    from spectool.shadow import Unknown
+    variables = {"a": [1, 2, 3], "big": list(range(100_000)), "b": [4]}
+    snap = _snapshot(variables)
+    snap.stop()                                        # the real run starts at once
+    snap.take()
+    assert all(type(snap[name]) is Unknown for name in variables)
+
+
+@pytest.mark.anyio
+async def test_the_namespace_is_copied_off_the_event_loop(anyio_backend, monkeypatch):
+    import threading
+
+    import spectool.shadow.copying as copying
+    threads = []
+    original = copying.snapshot
+
+    def spy(*args, **kwargs):
+        threads.append(threading.get_ident())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(copying, "snapshot", spy)
+    loop_thread = threading.get_ident()
+    rt = spectool.Runtime([], mode="spec", namespace={"xs": list(range(1000))})
+    res = await rt.run_cell("y = len(xs)\n")
+    assert res.namespace["y"] == 1000 and threads and loop_thread not in threads
 
 
 def test_negative_control_a_shallow_snapshot_shows_later_changes():
@@ -414,20 +444,17 @@ class StatementGate:
                 self.seen.set()
 
 
-STALE_CELL = ("k = sync()\n"
-              "if k == 1:\n"
-              "    raise ValueError('peeking ahead stops here')\n"
-              "xs.append(2)\n"
-              "hold()\n"
-              "r = post(str(xs))\n")
+STALE_CELL = "xs.append(2)\nsync()\nhold()\nr = post(str(xs))\n"
 
 
-async def run_real_ahead(mode: str, ledger: Ledger) -> spectool.TurnResult:
+async def run_real_ahead(mode: str, ledger: Ledger, released=None) -> spectool.TurnResult:
     post = ledger.tool()
-    gate = StatementGate(5)
+    gate = StatementGate(4)
 
     @spectool.tool
-    def sync() -> int:                                 # a never tool the shadow observes
+    def sync() -> int:                                 # a never tool: the real run is here
+        if released is not None:
+            released.set()
         return 0
 
     @spectool.tool(speculate="pure")
@@ -444,11 +471,37 @@ async def run_real_ahead(mode: str, ledger: Ledger) -> spectool.TurnResult:
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["lazy", "spec"])
 async def test_real_run_ahead_of_the_shadow_never_leaves_a_stale_bet(anyio_backend, mode):
-    """The real run mutates ``xs`` before the shadow first reads it (the shadow waits
-    on ``sync()`` and cannot peek past the ``if``); the shadow must still see the
-    turn-start value and launch only the call the real run makes."""
+    """However far the real run is ahead when the shadow first reads ``xs``, the shadow
+    sees the turn-start value and launches only the call the real run makes."""
     ledger = Ledger()
     res = await run_real_ahead(mode, ledger)
+    assert res.error is None and res.namespace["xs"] == [1, 2]
+    assert ledger.compensated == []                    # no bet on [1, 2, 2]
+    ledger.check(claimed_keys(res.namespace))
+
+
+def hold_back_shadow(monkeypatch):
+    """The lazy shadow starts only once the real run reached ``sync()`` (after it
+    appended to ``xs``)."""
+    import threading
+
+    import spectool.shadow.interpreter as interpreter
+    released = threading.Event()
+    original_init = interpreter.ShadowInterpreter.__init__
+
+    def held_back(self, *args, **kwargs):
+        released.wait(10)                              # in the shadow's worker thread
+        original_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(interpreter.ShadowInterpreter, "__init__", held_back)
+    return released
+
+
+@pytest.mark.anyio
+async def test_shadow_held_back_behind_the_real_run_still_sees_turn_start(anyio_backend,
+                                                                        monkeypatch):
+    ledger = Ledger()
+    res = await run_real_ahead("lazy", ledger, hold_back_shadow(monkeypatch))
     assert res.error is None and res.namespace["xs"] == [1, 2]
     assert ledger.compensated == []                    # no bet on [1, 2, 2]
     ledger.check(claimed_keys(res.namespace))
@@ -457,11 +510,14 @@ async def test_real_run_ahead_of_the_shadow_never_leaves_a_stale_bet(anyio_backe
 @pytest.mark.anyio
 async def test_negative_control_a_late_lazy_copy_bets_on_a_stale_view(anyio_backend,
                                                                       monkeypatch):
-    import spectool.runtime
-    monkeypatch.setattr(spectool.runtime, "_snapshot", lambda variables, limits=None:
-                        dict(variables))           # the old one: copied on first read
+    """The old behaviour (no copy at turn start: the shadow copies live objects when it
+    first reads them), with the lazy shadow held back until the real run appended."""
+    import spectool.shadow.copying as copying
+    monkeypatch.setattr(copying, "snapshot", lambda variables, max_items, stop=None:
+                        dict(variables))
     ledger = Ledger()
-    res = await run_real_ahead("lazy", ledger)
+    res = await run_real_ahead("lazy", ledger, hold_back_shadow(monkeypatch))
+    assert res.namespace["xs"] == [1, 2]
     assert [args for _, args, _ in ledger.compensated] == [("[1, 2, 2]",)]
 
 
