@@ -567,3 +567,55 @@ async def test_negative_control_sorted_dict_keys_and_free_set_order(anyio_backen
 
     monkeypatch.setattr(keys, "_tree", sorted_tree)
     assert await keys_of_dict_from_set("spec") != await keys_of_dict_from_set("baseline")
+
+
+async def sync_post_order() -> list[str]:
+    import threading
+
+    release = threading.Event()
+    started = threading.Event()
+    log: list[str] = []
+
+    def on_unclaimed(key, args, kwargs):
+        log.append("compensated")
+
+    @spectool.tool(speculate="idempotent", on_unclaimed=on_unclaimed)
+    def post(body: str, *, idempotency_key: str) -> str:
+        started.set()
+        release.wait(10)
+        log.append("returned")
+        return idempotency_key
+
+    async with anyio.create_task_group() as tg:
+        store = await open_store([post], tg)
+        store.launch("post", ("a",), {})
+        await anyio.to_thread.run_sync(started.wait, 10)
+        store.close()                              # turn end: the call is cancelled
+        await anyio.wait_all_tasks_blocked()
+        log.append("released")
+        release.set()
+    await anyio.to_thread.run_sync(lambda: None)   # let an abandoned thread finish
+    while "returned" not in log:
+        await anyio.to_thread.run_sync(release.wait, 1)
+        await anyio.lowlevel.checkpoint()
+    return log
+
+
+@pytest.mark.anyio
+async def test_sync_idempotent_tool_hook_runs_after_the_thread_returned(anyio_backend):
+    assert await sync_post_order() == ["released", "returned", "compensated"]
+
+
+@pytest.mark.anyio
+async def test_negative_control_an_abandoned_thread_is_compensated_too_early(
+        anyio_backend, monkeypatch):
+    import functools
+
+    from spectool.tools import Tool
+
+    async def abandoning(self, args, kwargs):     # the pure/never behaviour
+        return await anyio.to_thread.run_sync(functools.partial(self.fn, *args, **kwargs),
+                                              abandon_on_cancel=True)
+
+    monkeypatch.setattr(Tool, "_invoke", abandoning)
+    assert (await sync_post_order())[0] == "compensated"
