@@ -576,7 +576,7 @@ async def sync_post_order() -> list[str]:
     started = threading.Event()
     log: list[str] = []
 
-    def on_unclaimed(key, args, kwargs):
+    async def on_unclaimed(key, args, kwargs):    # async: runs in the settling task
         log.append("compensated")
 
     @spectool.tool(speculate="idempotent", on_unclaimed=on_unclaimed)
@@ -619,3 +619,54 @@ async def test_negative_control_an_abandoned_thread_is_compensated_too_early(
 
     monkeypatch.setattr(Tool, "_invoke", abandoning)
     assert (await sync_post_order())[0] == "compensated"
+
+
+async def claim_then_cancel(speculate_first: bool = True) -> list[tuple]:
+    log: list[tuple] = []
+    gate = anyio.Event()
+    started = anyio.Event()
+
+    def abort(key, prepared):
+        log.append(("abort", prepared))
+
+    @spectool.tool(speculate="two_phase", commit=lambda key, p: log.append(("commit", p)),
+                   abort=abort)
+    async def transfer(amount: int) -> str:
+        started.set()
+        await gate.wait()
+        return f"hold-{amount}"
+
+    with anyio.CancelScope() as outer:
+        async with anyio.create_task_group() as tg:
+            store = await open_store([transfer], tg)
+            if speculate_first:
+                store.launch("transfer", (5,), {})
+                await started.wait()                   # the speculative prepare runs
+
+            async def real_call():
+                await store.call("transfer", (5,), {})
+
+            tg.start_soon(real_call)
+            await anyio.wait_all_tasks_blocked()       # claimed, waiting for prepare
+            outer.cancel()
+    return log
+
+
+@pytest.mark.anyio
+async def test_two_phase_claim_cancelled_before_commit_is_aborted(anyio_backend):
+    """The real call claimed the prepare but the turn was cancelled while it waited:
+    nothing was committed, so the prepare is aborted (once)."""
+    assert await claim_then_cancel() == [("abort", None)]
+
+
+@pytest.mark.anyio
+async def test_two_phase_real_call_cancelled_during_its_prepare_is_aborted(anyio_backend):
+    assert await claim_then_cancel(speculate_first=False) == [("abort", None)]
+
+
+@pytest.mark.anyio
+async def test_negative_control_claimed_counts_as_settled_leaks_the_hold(anyio_backend,
+                                                                        monkeypatch):
+    import spectool.effects as effects
+    monkeypatch.setattr(effects, "_unclaimed", lambda entry: not entry.claimed)
+    assert await claim_then_cancel() == []
