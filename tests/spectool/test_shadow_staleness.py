@@ -347,3 +347,79 @@ def test_cpython_text_on_plain_data_stays_known():
     source = "try:\n    int('x')\nexcept ValueError as e:\n    llm_query(str(e))\n"
     assert shadow_bets([source], {}) == real_calls(source, {}) == [
         ("invalid literal for int() with base 10: 'x'",)]
+
+
+# ------------------------------------------------- random programs: no stale bet
+
+class Bumper:
+    """A REPL object the shadow cannot copy: ``bump`` mutates ``target`` for real."""
+
+    def __init__(self, target: list) -> None:
+        self.target = target
+
+    def bump(self) -> None:
+        self.target.append(9)
+
+    def __bool__(self) -> bool:
+        return True
+
+
+def aliased_namespace() -> dict:
+    shared = [1, 2]
+    return {"L": shared, "M": shared, "D": {"k": shared, "j": [3]}, "obj": Bumper(shared),
+            "flag": Bumper([]), "S": {"a", "bb", "c"}, "T": (shared, 1)}
+
+
+SNIPPETS = [
+    "a = L", "b = [L, 4]", "L.append(5)", "M.extend([6])", "D['k'].append(7)", "D['j'] = L",
+    "if flag:\n    L.append(8)", "if flag:\n    M.pop()", "obj.bump()", "x = sorted(S)",
+    "for s in S:\n    L.append(len(s))", "match [flag]:\n    case [q]:\n        L.append(1)",
+    "w = [v for v in L if v > 1]", "T[0].append(3)", "def g():\n    M.append(11)", "g()",
+    "c = {v: 1 for v in L}", "e = dict(D)", "e['k'].append(12)", "del M[0]", "L[:] = [0]",
+    "M += [13]", "tmp = D.get('k')", "tmp.append(14)", "r = repr(D)", "S.add('zz')",
+]
+QUERIES = ["llm_query(str(L))", "llm_query(str(M))", "llm_query(str(D))", "llm_query(str(T))",
+           "llm_query(str(a))", "llm_query(str(b))", "llm_query(str(sorted(S)))",
+           "llm_query(str(e))", "llm_query(str(c))", "llm_query(str(w))", "llm_query(r)"]
+
+
+def random_programs(seed: int, count: int):
+    import random
+    rng = random.Random(seed)
+    out = []
+    while len(out) < count:
+        parts = [rng.choice(SNIPPETS + QUERIES) for _ in range(rng.randint(2, 8))]
+        source = "\n".join(parts + [rng.choice(QUERIES)]) + "\n"
+        try:
+            real = real_calls(source, aliased_namespace())
+        except Exception:
+            continue        # the real run raises (a name not bound yet): not a case
+        out.append((source, real))
+    return out
+
+
+def stale_programs(programs) -> list:
+    from spectool.segmenter import Segmenter, StatementClosed
+    found = []
+    for source, real in programs:
+        seg = Segmenter()
+        events = seg.feed("```repl\n" + source + "```\n") + seg.close()
+        statements = [e.source for e in events if isinstance(e, StatementClosed)]
+        bets = shadow_bets(statements, aliased_namespace())
+        if [b for b in bets if b not in real]:
+            found.append(source)
+    return found
+
+
+PROGRAMS = random_programs(seed=12, count=400)
+
+
+def test_random_aliasing_programs_never_get_a_stale_bet():
+    assert stale_programs(PROGRAMS) == []
+
+
+def test_negative_control_random_programs_catch_a_stale_view(monkeypatch):
+    _no_poison(monkeypatch)
+    monkeypatch.setattr(expressions, "is_unordered", lambda v: False)
+    _no_text_guard(monkeypatch)
+    assert len(stale_programs(PROGRAMS)) > 10
