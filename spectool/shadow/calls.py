@@ -103,6 +103,7 @@ class CallsMixin:
         receiver = None
         args = None
         plain_culprit = False  # the unknown callee/receiver is known plain data
+        foreign_culprit = False  # ... or a user object from the namespace
         try:
             if type(func_node) is ast.Attribute:
                 value_node = func_node.value
@@ -112,6 +113,7 @@ class CallsMixin:
                     receiver = self._lookup(value_node.id, scope)
                     if type(receiver) is Unknown:
                         plain_culprit = receiver.plain  # type: ignore[union-attr]
+                        foreign_culprit = receiver.foreign  # type: ignore[union-attr]
                         raise _UnknownValue  # what self._need(receiver) raises
                     if type(receiver) is Pending:
                         plain_culprit = True  # a tool result: plain data or unknown
@@ -145,7 +147,7 @@ class CallsMixin:
                 # an unknown callable or a method of an unknown object: it may run
                 # code that mutates anything reachable from the REPL's globals (a
                 # method of plain data only changes its receiver, tainted above)
-                self._poison_all(scope)
+                self._poison_all(scope, in_peek=foreign_culprit)
             raise _UnknownValue from None
         if type(fn) is SafeFunc and fn.special == "print":
             self._nowait += 1
@@ -213,7 +215,8 @@ class CallsMixin:
             if mutating or isinstance(fn, ShadowFunction) or type(fn) is Unknown:
                 self._taint(_call_written(node), scope, frozenset())
             if type(fn) is Unknown and not fn.plain:  # type: ignore[union-attr]
-                self._poison_all(scope)   # code the shadow cannot see (see above)
+                # code the shadow cannot see (see above)
+                self._poison_all(scope, in_peek=fn.foreign)  # type: ignore[union-attr]
             raise _UnknownValue from None
 
     def _eval_args(self, node: ast.Call, scope: Scope):
@@ -344,12 +347,13 @@ class CallsMixin:
                 raise _UnknownValue
         return raw
 
-    def _poison_object(self, obj: object) -> None:
+    def _poison_object(self, obj: object, scope: Scope | None = None) -> None:
+        """Every reference to ``obj`` (and what it holds) becomes unknown."""
         found = reachable(obj)
         if found is None:
-            self._poison_all(self._module, in_peek=True)
+            self._poison_all(scope or self._module, in_peek=True)
         else:
-            poison(self, found, self._module)
+            poison(self, found, scope or self._module)
 
     def _call_function(self, fn: ShadowFunction, args: tuple, kwargs: dict):
         if self._depth >= self._limits.max_recursion:

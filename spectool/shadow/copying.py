@@ -47,12 +47,12 @@ class PlainCopier:
         t = type(value)
         if t in IMMUTABLE_TYPES:
             if t is re.Match:
-                return Unknown("match object from outside")  # holds its subject; rare
+                return Unknown("match object from outside", foreign=True)  # holds its subject; rare
             return value
         if t is Pending or t is Unknown:
             return value
         if t not in MUTABLE_TYPES:
-            return Unknown(f"not plain data: {t.__name__}")
+            return Unknown(f"not plain data: {t.__name__}", foreign=True)
         key = id(value)
         if key in self.memo:
             return self.memo[key]
@@ -83,7 +83,7 @@ class PlainCopier:
             for v in value:  # type: ignore[attr-defined]
                 c = self.copy(v)
                 if type(c) not in IMMUTABLE_TYPES and type(c) is not tuple:
-                    return Unknown("set of non-plain data")
+                    return Unknown("set of non-plain data", foreign=True)
                 items.append(c)
             out = t(items)
             self.memo[key] = out
@@ -92,7 +92,7 @@ class PlainCopier:
         if t is collections.defaultdict:
             factory = value.default_factory  # type: ignore[attr-defined]
             if factory is not None and factory not in _FACTORIES:
-                return Unknown("defaultdict with a custom factory")
+                return Unknown("defaultdict with a custom factory", foreign=True)
             out = collections.defaultdict(factory)
         else:
             out = t()
@@ -100,7 +100,7 @@ class PlainCopier:
         for k, v in value.items():  # type: ignore[attr-defined]
             kc = self.copy(k)
             if type(kc) not in IMMUTABLE_TYPES and type(kc) is not tuple:
-                self.memo[key] = Unknown("dict with non-plain keys")
+                self.memo[key] = Unknown("dict with non-plain keys", foreign=True)
                 return self.memo[key]
             out[kc] = self.copy(v)  # type: ignore[index]
         return out

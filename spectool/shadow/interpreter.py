@@ -375,10 +375,12 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         """A call into code the shadow cannot see (an unknown callable or a method of an
         unknown object) may mutate any object reachable from the REPL's globals.
 
-        Not in a peek unless ``in_peek``: a peek bets only on pure tools, so a view it
-        keeps after such a call costs at most a wasted pure bet (the key of the real
-        call decides what is reused), while making everything unknown would end most
-        peeks at the first method call on a tool result (``answer.strip()``)."""
+        In a peek only if ``in_peek`` (the callee is a user object from the namespace,
+        or a mutating method is handed to C): a peek bets only on pure tools, so a view
+        it keeps after a call on an unknown of unknown origin costs at most a wasted
+        pure bet (the real call's key decides what is reused), while making everything
+        unknown there would end most peeks at the first method call on a tool result
+        (``answer.strip()``)."""
         if self._peek and not in_peek:
             return
         poison(self, None, scope)

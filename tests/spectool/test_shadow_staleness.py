@@ -123,7 +123,7 @@ def _names_only_rebound_by_targets(monkeypatch):
 def _no_poison(monkeypatch):
     monkeypatch.setattr(interpreter, "poison", lambda *a, **k: None)
     monkeypatch.setattr(calls, "poison", lambda *a, **k: None)
-    monkeypatch.setattr(interpreter.ShadowInterpreter, "_poison_all", lambda self, scope: None)
+    monkeypatch.setattr(interpreter.ShadowInterpreter, "_poison_all", lambda self, scope, in_peek=False: None)
 
 
 def _no_text_guard(monkeypatch):
@@ -399,13 +399,21 @@ def random_programs(seed: int, count: int):
 
 
 def stale_programs(programs) -> list:
+    """The programs whose shadow launched or bet (tail peeks before each statement)
+    on a call their real run never made."""
     from spectool.segmenter import Segmenter, StatementClosed
     found = []
     for source, real in programs:
         seg = Segmenter()
         events = seg.feed("```repl\n" + source + "```\n") + seg.close()
         statements = [e.source for e in events if isinstance(e, StatementClosed)]
-        bets = shadow_bets(statements, aliased_namespace())
+        host = RecordingHost()
+        interp = ShadowInterpreter(aliased_namespace(), TOOLS, host, Limits())
+        bets = []
+        for i, stmt in enumerate(statements):
+            bets += [b.args for b in interp.peek_tail("".join(statements[i:]))]
+            drive(interp, stmt, host)
+        bets += [args for _, args, _, _ in host.launches]
         if [b for b in bets if b not in real]:
             found.append(source)
     return found
