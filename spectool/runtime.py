@@ -326,7 +326,7 @@ def _snapshot(variables: dict[str, Any], limits: Any = None) -> Any:
     (exact-type checks, no user code, aliasing kept) and turns everything else into
     Unknown (``spectool.shadow.copying.snapshot``).
     """
-    from .shadow.copying import ThreadSnapshot
+    from .snapshot import ThreadSnapshot
     from .shadow.limits import Limits
     from .subprocess_executor import Opaque
     plain = {name: value for name, value in variables.items() if not isinstance(value, Opaque)}

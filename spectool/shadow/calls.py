@@ -19,7 +19,7 @@ from .copying import MUTABLE_TYPES
 from .determinism import TEXT_RAWS, consumes, hash_safe, order_free, text_safe
 from .limits import LimitExceeded, ShadowDeclined
 from .scope import Scope, ShadowFunction, ToolRef
-from .staleness import poison, reachable
+from .staleness import poison, reachable, reaches
 from .values import Pending, TailBet, ToolInfo, Unknown
 from .internals import (
     _FAILED,
@@ -428,12 +428,24 @@ class CallsMixin:
     def _call_tool(self, info: ToolInfo, args: tuple, kwargs: dict):
         if info.batched_of is not None:
             return (yield from self._call_batched(info, args, kwargs))
-        if not info.speculatable:
-            return (yield from self._observe(info, args, kwargs))
-        args, kwargs, _, unknown = yield from self._settle_call(args, kwargs)
-        if unknown:
-            raise _UnknownValue
-        return self._launch(info.name, info, args, kwargs)
+        try:
+            if not info.speculatable:
+                return (yield from self._observe(info, args, kwargs))
+            args, kwargs, _, unknown = yield from self._settle_call(args, kwargs)
+            if unknown:
+                raise _UnknownValue
+            return self._launch(info.name, info, args, kwargs)
+        finally:
+            if info.speculate != "pure":
+                # the real call of a tool with effects may change the containers it is
+                # passed (a pure one may not): every reference to them is unknown now
+                self._poison_args(args, kwargs)
+
+    def _poison_args(self, args: tuple, kwargs: dict) -> None:
+        for value in (*args, *kwargs.values()):
+            if type(value) in MUTABLE_TYPES and type(value) is not tuple or (
+                    type(value) is tuple and reaches(value, None)):
+                self._poison_object(value)
 
     def _observe(self, info: ToolInfo, args: tuple, kwargs: dict):
         """A tool the shadow may not start: a pending value bound to the real call

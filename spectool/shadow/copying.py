@@ -11,13 +11,11 @@ from __future__ import annotations
 import collections
 import datetime
 import re
-import threading
-from collections.abc import Mapping
 
 from .limits import LimitExceeded
 from .values import Pending, Unknown
 
-__all__ = ["PlainCopier", "IMMUTABLE_TYPES", "MUTABLE_TYPES", "snapshot", "ThreadSnapshot"]
+__all__ = ["PlainCopier", "IMMUTABLE_TYPES", "MUTABLE_TYPES", "snapshot"]
 
 IMMUTABLE_TYPES: frozenset[type] = frozenset({
     type(None), bool, int, float, complex, str, bytes, range, slice,
@@ -124,47 +122,3 @@ def snapshot(variables: dict, max_items: int, stop: list[bool] | None = None) ->
             for key in list(copier.memo)[before:]:  # half-built copies: never reuse them
                 copier.memo[key] = Unknown("namespace value too large")
     return out
-
-
-class ThreadSnapshot(Mapping):
-    """The namespace snapshot, taken off the event loop.
-
-    The runtime calls ``take()`` in a worker thread at turn start (copying a large
-    namespace would otherwise stall the loop) and ``stop()`` right before the real run
-    starts: the copier then gives up within one element and the names it had not
-    copied read as Unknown, so the real run never waits for more than that. The shadow
-    reads it as a mapping from its own worker thread; a read waits until ``take``
-    has returned (``done``)."""
-
-    def __init__(self, variables: dict, max_items: int) -> None:
-        self._variables = dict(variables)  # the bindings as they are now (cheap)
-        self._max_items = max_items
-        self._stop = [False]
-        self._copy: dict = {}
-        self.done = threading.Event()
-
-    def take(self) -> None:
-        try:
-            self._copy = snapshot(self._variables, self._max_items, self._stop)
-        finally:
-            self._variables = {}
-            self.done.set()
-
-    def stop(self) -> None:
-        self._stop[0] = True
-
-    def _ready(self) -> dict:
-        self.done.wait()
-        return self._copy
-
-    def __getitem__(self, name: str) -> object:
-        return self._ready()[name]
-
-    def __iter__(self):
-        return iter(self._ready())
-
-    def __len__(self) -> int:
-        return len(self._ready())
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._ready()

@@ -670,3 +670,36 @@ async def test_negative_control_claimed_counts_as_settled_leaks_the_hold(anyio_b
     import spectool.effects as effects
     monkeypatch.setattr(effects, "_unclaimed", lambda entry: not entry.claimed)
     assert await claim_then_cancel() == []
+
+
+async def never_tool_mutates_argument() -> tuple[Ledger, spectool.TurnResult]:
+    ledger = Ledger()
+    post = ledger.tool()
+
+    @spectool.tool
+    def add(lst):                                      # a never tool with an effect on
+        lst.append(99)                                 # the container it is passed
+        return len(lst)
+
+    gate = StatementGate(2)
+    rt = spectool.Runtime([add, post], mode="spec", namespace={"xs": [1]}, on_event=gate)
+    res = await rt.run(stream_then("```repl\nn = add(xs)\nr = post(str(xs))\n", gate,
+                                   "```\n"))
+    return ledger, res
+
+
+@pytest.mark.anyio
+async def test_a_never_tool_may_change_what_it_is_passed(anyio_backend):
+    ledger, res = await never_tool_mutates_argument()
+    assert res.namespace["xs"] == [1, 99] and res.namespace["r"].count(":") == 4
+    assert ledger.compensated == []                    # no bet on the old "[1]"
+    ledger.check(claimed_keys(res.namespace))
+
+
+@pytest.mark.anyio
+async def test_negative_control_unpoisoned_arguments_bet_on_a_stale_view(anyio_backend,
+                                                                       monkeypatch):
+    from spectool.shadow.calls import CallsMixin
+    monkeypatch.setattr(CallsMixin, "_poison_args", lambda self, args, kwargs: None)
+    ledger, res = await never_tool_mutates_argument()
+    assert [args for _, args, _ in ledger.compensated] == [("[1]",)]

@@ -48,13 +48,34 @@ def real_calls(source: str, namespace: dict) -> list[tuple]:
     def search(q):
         return ["hit"]  # truthy: blocks guarded by it run
 
+    def write_file(target, text):   # a never tool that changes what it is passed
+        if isinstance(target, list):
+            target.append(text)
+
     exec(compile(source, "<cell>", "exec"), {"llm_query": llm_query, "search": search,
-                                             **namespace})
+                                             "write_file": write_file, **namespace})
     return seen
 
 
-def shadow_bets(statements: list[str], namespace: dict, tail: str | None = None) -> list[tuple]:
-    host = RecordingHost()
+class ObservingHost(RecordingHost):
+    """Also observes never-tool calls (as the runtime's store does): the shadow gets a
+    pending value bound to the real call instead of an unknown."""
+
+    def observe(self, tool_name, args, kwargs):
+        return ("observed", tool_name)
+
+    def outcome(self, handle):
+        if isinstance(handle, tuple):     # what real_calls' never tools return
+            from spectool.shadow import Outcome
+            return Outcome(value=["hit"] if handle[1] == "search" else None)
+        return super().outcome(handle)
+
+
+def shadow_bets(statements: list[str], namespace: dict, tail: str | None = None,
+                observe: bool = False) -> list[tuple]:
+    """What the shadow launched or bet on. ``observe``: never-tool calls are observed
+    (their results known, as in the runtime); else they are unknown."""
+    host = ObservingHost() if observe else RecordingHost()
     interp = ShadowInterpreter(namespace, TOOLS, host, Limits())
     for src in statements:
         drive(interp, src, host)
@@ -99,6 +120,8 @@ CASES = {
         ["ys = [3, 1, 2]"], None, "z = list(map(ys.append, [9]))\nllm_query(str(ys))\n"),
     "peek_map_of_unbound_append": (
         ["ys = [3, 1, 2]"], None, "z = list(map(list.append, [ys], [9]))\nllm_query(str(ys))\n"),
+    "never_tool_mutates_its_argument": (
+        ["a = [1]", "b = {'k': a}", "write_file(a, 'x')", "llm_query(str(b))"], None, None),
 }
 
 
@@ -132,6 +155,10 @@ def _no_text_guard(monkeypatch):
     monkeypatch.setattr(expressions, "text_safe", lambda v: True)
 
 
+def _no_argument_poison(monkeypatch):
+    monkeypatch.setattr(CallsMixin, "_poison_args", lambda self, args, kwargs: None)
+
+
 def _no_callback_fence(monkeypatch):
     monkeypatch.setattr(CallsMixin, "_passable_raw", lambda self, func: func.raw)
 
@@ -148,6 +175,7 @@ DEFENCES_OFF = {
     "peek_sorted_key_mutates_shared_list": _no_poison,
     "peek_map_of_bound_append": _no_callback_fence,
     "peek_map_of_unbound_append": _no_callback_fence,
+    "never_tool_mutates_its_argument": _no_argument_poison,
 }
 
 
@@ -155,8 +183,12 @@ def check(case: str) -> tuple[list, list]:
     statements, factory, tail = CASES[case]
     source = "".join(s if s.endswith("\n") else s + "\n" for s in statements) + (tail or "")
     real = real_calls(source, fresh(factory))
-    bets = shadow_bets(statements, fresh(factory), tail)
+    bets = shadow_bets(statements, fresh(factory), tail, observe=case in OBSERVED_CASES)
     return bets, real
+
+
+# cases whose never-tool calls the shadow observes (it knows their results)
+OBSERVED_CASES = {"never_tool_mutates_its_argument"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
