@@ -195,6 +195,8 @@ class CallsMixin:
                         raise _UnknownValue
                 raw = fn.raw  # type: ignore[union-attr]
                 _guard_raw(raw, args)
+                if self._peek and fn.name in MUTATING_METHODS:  # type: ignore[union-attr]
+                    self._peek_mutation(raw, args)
                 for v in args:
                     if type(v) not in _PLAIN_ARG:
                         break
@@ -269,6 +271,8 @@ class CallsMixin:
             if fn.check is not None:
                 fn.check(args, kwargs, self._limits)
             _guard_raw(fn.raw, args, kwargs)
+            if self._peek and fn.name in MUTATING_METHODS:
+                self._peek_mutation(fn.raw, args)
             for v in (*args, *kwargs.values()):
                 if type(v) not in _PLAIN_ARG:
                     args, kwargs = yield from self._prepare_raw_args(fn.raw, args, kwargs)
@@ -327,6 +331,17 @@ class CallsMixin:
         if raw in _MUTATES_ARG and self._peek:
             raise _UnknownValue
         return tuple(new_args), new_kwargs
+
+    def _peek_mutation(self, raw: object, args: tuple) -> None:
+        """Peek mode, a mutating method called as a value (``f = ys.append; f(7)``) or
+        unbound (``list.append(ys, 5)``): it must not change a container the peek did
+        not make; that container becomes unknown for the rest of the peek instead."""
+        receiver = getattr(raw, "__self__", None)
+        if type(receiver) not in MUTABLE_TYPES:        # unbound: the first argument
+            receiver = args[0] if args else None
+        if type(receiver) in MUTABLE_TYPES and self._shared(receiver):
+            self._poison_object(receiver)
+            raise _UnknownValue
 
     def _passable_raw(self, func: SafeFunc) -> object:
         """The raw callable of ``func``, to be called back from C (``map``, a sort

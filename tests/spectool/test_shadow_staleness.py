@@ -463,3 +463,27 @@ def test_negative_control_random_programs_catch_a_stale_view(monkeypatch):
     monkeypatch.setattr(expressions, "is_unordered", lambda v: False)
     _no_text_guard(monkeypatch)
     assert len(stale_programs(PROGRAMS)) > 10
+
+
+# a peek must never change the shadow's own state (it would then run the real statement
+# on top of the peek's change): mutators called as values or unbound
+PEEK_MUTATORS = [
+    "ys = [3, 1, 2]\nlist.append(ys, 5)\nllm_query(str(ys))\n",
+    "ys = [3, 1, 2]\nimport functools\nz = functools.reduce(list.append, [ys, 1])\n"
+    "llm_query(str(ys))\n",
+    "ys = [3, 1, 2]\nf = ys.append\nf(7)\nllm_query(str(ys))\n",
+    "d = {}\ndict.update(d, {'z': 1})\nllm_query(str(d))\n",
+]
+
+
+def peek_mutator_programs():
+    return [(source, real_calls(source, {})) for source in PEEK_MUTATORS]
+
+
+def test_peeks_never_change_shared_state_through_mutators_as_values():
+    assert stale_programs(peek_mutator_programs()) == []
+
+
+def test_negative_control_peek_mutators_unfenced_leave_stale_bets(monkeypatch):
+    monkeypatch.setattr(CallsMixin, "_peek_mutation", lambda self, raw, args: None)
+    assert len(stale_programs(peek_mutator_programs())) >= 3
