@@ -8,7 +8,9 @@ runtime must tell the tool. The rule (pinned in docs/INTERFACES.md):
   the call itself has returned, raised or been cancelled;
 * claimed by the real run: nothing more for ``idempotent`` (the real call received the
   result under the same key); for ``two_phase`` the real call commits it (the store's
-  claim path, not this module);
+  claim path, not this module) once it has the prepared value; a real call cancelled
+  before that (the turn was cancelled while it waited for ``prepare``) counts as
+  unclaimed: the prepare is aborted;
 * not claimed by the time the turn closes (or the turn is cancelled first):
   ``idempotent`` -> ``on_unclaimed(key, args, kwargs)``; ``two_phase`` ->
   ``abort(key, prepared)`` with ``prepared`` the value ``prepare`` returned, or None if
@@ -28,17 +30,35 @@ from typing import Any
 
 import anyio
 
-__all__ = ["settle", "HOOK_TIMEOUT_S", "decide"]
+__all__ = ["settle", "HOOK_TIMEOUT_S", "decide", "settled_by_real_run", "abort_cancelled"]
 
 HOOK_TIMEOUT_S = 30.0
 
 
-def decide(entry: Any) -> None:
-    """The real run claimed the entry, or the turn closed without claiming it: the
-    speculation task may now settle it (idempotent: once ``entry.claimed`` is final)."""
+def decide(entry: Any, closing: bool = False) -> None:
+    """The real run claimed the entry, or the turn closed (``closing``) without
+    claiming it: the speculation task may now settle it. A two_phase entry is decided
+    only once the real call has its prepared value (``settled_by_real_run``) or at
+    turn end."""
     event = entry.decided
-    if event is not None and not event.is_set():
-        event.set()
+    if event is None or event.is_set():
+        return
+    if entry.tool.speculate == "two_phase" and not (closing or entry.committed):
+        return
+    event.set()
+
+
+def settled_by_real_run(entry: Any) -> None:
+    """two_phase: the real call received the prepared value (it commits it next) or
+    the error ``prepare`` raised: nothing is left to abort."""
+    entry.committed = True
+    decide(entry)
+
+
+def _unclaimed(entry: Any) -> bool:
+    if entry.tool.speculate == "two_phase":
+        return not entry.committed
+    return not entry.claimed
 
 
 async def settle(entry: Any, trace: Any) -> None:
@@ -48,11 +68,17 @@ async def settle(entry: Any, trace: Any) -> None:
     try:
         await entry.decided.wait()
     except anyio.get_cancelled_exc_class():
-        if not entry.claimed:       # the turn is being cancelled: still compensate
+        if _unclaimed(entry):       # the turn is being cancelled: still compensate
             await _compensate(entry, trace)
         raise
-    if not entry.claimed:
+    if _unclaimed(entry):
         await _compensate(entry, trace)
+
+
+async def abort_cancelled(tool: Any, key: str | None, trace: Any) -> None:
+    """two_phase, a real (not speculative) call cancelled before it could commit (the
+    turn was cancelled while ``prepare`` ran): ``abort(key, None)``, shielded."""
+    await _run_hook(tool, trace, "abort", tool.abort_prepared, key, None)
 
 
 async def _compensate(entry: Any, trace: Any) -> None:
@@ -60,21 +86,28 @@ async def _compensate(entry: Any, trace: Any) -> None:
         return
     entry.compensated = True
     tool = entry.tool
+    if tool.speculate == "two_phase":
+        prepared = entry.value if entry.finished and entry.error is None \
+            and entry.ran_to_end else None
+        await _run_hook(tool, trace, "abort", tool.abort_prepared, entry.idempotency_key,
+                        prepared, occurrence=entry.occurrence)
+    else:
+        await _run_hook(tool, trace, "on_unclaimed", tool.compensate, entry.idempotency_key,
+                        entry.args, entry.kwargs, occurrence=entry.occurrence)
+
+
+async def _run_hook(tool: Any, trace: Any, kind: str, hook: Any, *args: Any,
+                    occurrence: int = -1) -> None:
+    """Run a compensation hook shielded and bounded; trace what happened."""
     bound = max(HOOK_TIMEOUT_S, tool.timeout or 0.0)
-    kind = "abort" if tool.speculate == "two_phase" else "on_unclaimed"
     with anyio.CancelScope(shield=True):
         with anyio.move_on_after(bound) as scope:
             try:
-                if tool.speculate == "two_phase":
-                    prepared = entry.value if entry.finished and entry.error is None \
-                        and entry.ran_to_end else None
-                    await tool.abort_prepared(entry.idempotency_key, prepared)
-                else:
-                    await tool.compensate(entry.idempotency_key, entry.args, entry.kwargs)
+                await hook(*args)
             except Exception as exc:  # a failing hook must not fail the turn
                 trace.add("compensation_error", tool=tool.name, hook=kind, error=repr(exc))
                 return
         if scope.cancelled_caught:
             trace.add("compensation_timeout", tool=tool.name, hook=kind, seconds=bound)
             return
-    trace.add("compensated", tool=tool.name, hook=kind, occurrence=entry.occurrence)
+    trace.add("compensated", tool=tool.name, hook=kind, occurrence=occurrence)

@@ -238,17 +238,23 @@ class _Turn:
                           passthrough=rt.mode == "baseline",
                           admission=None if rt.mode == "baseline" else rt.admission)
             shadow_scope = anyio.CancelScope()
+            snap = None
             if rt.mode != "baseline":
                 from ._shadow_driver import ShadowDriver
                 from ._shadow_process import ProcessShadowDriver
                 variables = rt.executor.variables()
-                snapshot = _snapshot(variables, rt.shadow_limits)
                 if rt.shadow == "process":
+                    # the process driver copies the names the fed text mentions at feed
+                    # time (before the real run can change them) and sends them over
                     self.shadow = ProcessShadowDriver(rt.tools, store, self.trace,
-                                                      rt.shadow_limits, snapshot, rt.shadow_pool)
+                                                      rt.shadow_limits, _bindings(variables),
+                                                      rt.shadow_pool)
                 else:
+                    snap = _snapshot(variables, rt.shadow_limits)
+                    snap.taken = anyio.Event()
+                    tg.start_soon(_take_snapshot, snap)
                     self.shadow = ShadowDriver(rt.tools, store, self.trace, rt.shadow_limits,
-                                               snapshot)
+                                               snap)
                 for name, (source, tree, obj) in list(rt._defs.items()):
                     if variables.get(name) is obj:
                         self.shadow.feed_statement(source, tree)
@@ -276,6 +282,8 @@ class _Turn:
                             self.shadow.feed_statement(source, tree)
                     self.shadow.finish()
                     tg.start_soon(self._run_shadow, shadow_scope)
+                if snap is not None:    # the real run may now change the namespace
+                    await _stop_snapshot(snap)
                 t0 = self.trace.now()
                 results = await self._execute(store)
                 self.stats.t_exec = self.trace.now() - t0
@@ -390,21 +398,44 @@ class _ExactCell:
     complete: bool = True
 
 
-def _snapshot(variables: dict[str, Any], limits: Any = None) -> dict[str, Any]:
-    """The REPL variables handed to the shadow: a private copy taken now, at turn start,
-    before the real run can change anything (a copy taken later, when the shadow first
-    reads a name, could see the real run's changes and bet on a stale view).
+def _snapshot(variables: dict[str, Any], limits: Any = None) -> Any:
+    """The REPL variables handed to the shadow: a private copy taken at turn start, in
+    a worker thread (``_take_snapshot``), and finished or cut short before the real run
+    can change anything (a copy taken later, when the shadow first reads a name, could
+    see the real run's changes and bet on a stale view).
 
     ``copy.deepcopy`` would run user ``__deepcopy__`` / ``__reduce_ex__`` code in the
     host, an effect the baseline never has: the shadow's copier copies plain data only
     (exact-type checks, no user code, aliasing kept) and turns everything else into
     Unknown (``spectool.shadow.copying.snapshot``).
     """
-    from .shadow.copying import snapshot
+    from .snapshot import ThreadSnapshot
     from .shadow.limits import Limits
+    return ThreadSnapshot(_bindings(variables), (limits or Limits()).max_namespace_items)
+
+
+def _bindings(variables: dict[str, Any]) -> dict[str, Any]:
+    """The REPL bindings the shadow may read (values a subprocess left opaque excluded)."""
     from .subprocess_executor import Opaque
-    plain = {name: value for name, value in variables.items() if not isinstance(value, Opaque)}
-    return snapshot(plain, (limits or Limits()).max_namespace_items)
+    return {name: value for name, value in variables.items() if not isinstance(value, Opaque)}
+
+
+async def _take_snapshot(snap: Any) -> None:
+    """Copy the namespace in a worker thread (a large one would stall the loop)."""
+    try:
+        await anyio.to_thread.run_sync(snap.take)
+    finally:
+        snap.done.set()      # cancelled before the thread started: nothing was copied
+        snap.taken.set()
+
+
+async def _stop_snapshot(snap: Any) -> None:
+    """Before the real run: cut an unfinished copy short (the names not copied yet
+    read as Unknown) and wait for the copier to let go of the namespace (it stops
+    within one element). Usually the copy finished during the stream: no wait."""
+    snap.stop()
+    if not snap.done.is_set():
+        await snap.taken.wait()
 
 
 def _longest_backtick_run(text: str) -> int:

@@ -56,7 +56,7 @@ from anyio.abc import TaskGroup
 
 from .admission import Admission
 from .budget import Budget, Ticket
-from .effects import decide, settle
+from .effects import abort_cancelled, decide, settle, settled_by_real_run
 from .errors import ToolArgumentError, ToolError
 from .keys import call_key
 from .observations import Observation, Observations
@@ -93,7 +93,7 @@ class Entry:
     __slots__ = ("tool", "args", "kwargs", "key", "occurrence", "origin", "state",
                  "value", "error", "done", "scope", "claimed", "promoted", "t_launch",
                  "t_start", "t_done", "arg_bytes", "idempotency_key", "withdrawn", "ticket",
-                 "klass", "decided", "compensated", "ran_to_end")
+                 "klass", "decided", "compensated", "ran_to_end", "committed")
 
     def __init__(self, tool: Any, args: tuple, kwargs: dict, key: str, origin: str,
                  t_launch: float) -> None:
@@ -122,6 +122,7 @@ class Entry:
         self.decided = anyio.Event() if tool.settled else None
         self.compensated = False
         self.ran_to_end = False  # the tool call returned or raised (not cancelled)
+        self.committed = False   # two_phase: the real call got the prepared outcome
 
     @property
     def finished(self) -> bool:
@@ -311,7 +312,7 @@ class Store:
         self.trace.add("withdraw", tool=entry.tool.name)
         self._retire(entry)
         if not entry.claimed:
-            decide(entry)
+            decide(entry, closing=True)
 
     async def outcome(self, entry: Entry | Observation) -> Outcome:
         """Wait for an entry (the shadow's ``WaitFor``) and report what it produced."""
@@ -341,8 +342,7 @@ class Store:
             self.trace.add("claim_miss", tool=tool.name, reason="baseline", count=count)
             self.stats.executions += count
             key = f"{self.turn_id}:{tool.name}:call{self._nokey_calls}"
-            return await _committed(tool, key, await tool.run(
-                args, kwargs, max_output_bytes=self.max_output_bytes, idempotency_key=key))
+            return await self._run_real(tool, args, kwargs, key)
         if tool.batched_of is not None and tool.batched_of in self.tools and args \
                 and isinstance(args[0], (list, tuple)):
             return await self._call_batched(tool, args, kwargs)
@@ -353,19 +353,41 @@ class Store:
             self.trace.add("claim_miss", tool=tool.name, reason="no key")
             key = f"{self.turn_id}:{tool.name}:nokey{self._nokey_calls}"
             with self._executing(tool.name):
-                value = await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes,
-                                       idempotency_key=key)
-            return await _committed(tool, key, value)
+                return await self._run_real(tool, args, kwargs, key)
         entry, fresh = self._entry_for_real_call(tool, args, kwargs, key)
-        if fresh:
-            value = await self._run_inline(entry, "miss")
-        elif self._promote(entry):
-            value = await self._run_inline(entry, "promoted")
-        else:
-            value = await self._claim(entry)
-        # two_phase: the real run made the call, so its prepare (speculative or not)
-        # is committed now, in program order
+        two_phase = tool.speculate == "two_phase"
+        inline = fresh or self._promote(entry)
+        try:
+            if inline:
+                value = await self._run_inline(entry, "miss" if fresh else "promoted")
+            else:
+                value = await self._claim(entry)
+        except Exception:
+            if two_phase:   # the real call received prepare's error: nothing to abort
+                settled_by_real_run(entry)
+            raise
+        except BaseException:
+            if two_phase and inline:   # cancelled during its own prepare: undo it
+                await abort_cancelled(tool, entry.idempotency_key, self.trace)
+            raise   # (a claimed speculation is aborted by its own task: effects.settle)
+        if two_phase:
+            # the real run made the call, so its prepare (speculative or not) is
+            # committed now, in program order
+            settled_by_real_run(entry)
         return await _committed(tool, entry.idempotency_key, value)
+
+    async def _run_real(self, tool: Any, args: tuple, kwargs: dict, key: str) -> Any:
+        """A real call with no store entry (baseline, arguments without a key)."""
+        try:
+            value = await tool.run(args, kwargs, max_output_bytes=self.max_output_bytes,
+                                   idempotency_key=key)
+        except Exception:
+            raise
+        except BaseException:
+            if tool.speculate == "two_phase":   # cancelled during prepare: undo it
+                await abort_cancelled(tool, key, self.trace)
+            raise
+        return await _committed(tool, key, value)
 
     def _entry_for_real_call(self, tool: Any, args: tuple, kwargs: dict,
                              key: str) -> tuple[Entry, bool]:
@@ -524,7 +546,7 @@ class Store:
             for entry in fifo:
                 if not entry.claimed:
                     self._retire(entry)
-                    decide(entry)   # unclaimed for good: effects.settle compensates
+                decide(entry, closing=True)  # effects.settle compensates what is unclaimed
         self._learn()
 
     # ------------------------------------------------------------------ internals

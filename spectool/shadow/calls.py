@@ -19,7 +19,7 @@ from .copying import MUTABLE_TYPES
 from .determinism import TEXT_RAWS, consumes, hash_safe, order_free, text_safe
 from .limits import LimitExceeded, ShadowDeclined
 from .scope import Scope, ShadowFunction, ToolRef
-from .staleness import poison, reachable
+from .staleness import poison, reachable, reaches
 from .values import Pending, TailBet, ToolInfo, Unknown
 from .internals import (
     _FAILED,
@@ -103,6 +103,7 @@ class CallsMixin:
         receiver = None
         args = None
         plain_culprit = False  # the unknown callee/receiver is known plain data
+        foreign_culprit = False  # ... or a user object from the namespace
         try:
             if type(func_node) is ast.Attribute:
                 value_node = func_node.value
@@ -112,6 +113,7 @@ class CallsMixin:
                     receiver = self._lookup(value_node.id, scope)
                     if type(receiver) is Unknown:
                         plain_culprit = receiver.plain  # type: ignore[union-attr]
+                        foreign_culprit = receiver.foreign  # type: ignore[union-attr]
                         raise _UnknownValue  # what self._need(receiver) raises
                     if type(receiver) is Pending:
                         plain_culprit = True  # a tool result: plain data or unknown
@@ -145,7 +147,7 @@ class CallsMixin:
                 # an unknown callable or a method of an unknown object: it may run
                 # code that mutates anything reachable from the REPL's globals (a
                 # method of plain data only changes its receiver, tainted above)
-                self._poison_all(scope)
+                self._poison_all(scope, in_peek=foreign_culprit)
             raise _UnknownValue from None
         if type(fn) is SafeFunc and fn.special == "print":
             self._nowait += 1
@@ -193,6 +195,8 @@ class CallsMixin:
                         raise _UnknownValue
                 raw = fn.raw  # type: ignore[union-attr]
                 _guard_raw(raw, args)
+                if self._peek and fn.name in MUTATING_METHODS:  # type: ignore[union-attr]
+                    self._peek_mutation(raw, args)
                 for v in args:
                     if type(v) not in _PLAIN_ARG:
                         break
@@ -213,7 +217,8 @@ class CallsMixin:
             if mutating or isinstance(fn, ShadowFunction) or type(fn) is Unknown:
                 self._taint(_call_written(node), scope, frozenset())
             if type(fn) is Unknown and not fn.plain:  # type: ignore[union-attr]
-                self._poison_all(scope)   # code the shadow cannot see (see above)
+                # code the shadow cannot see (see above)
+                self._poison_all(scope, in_peek=fn.foreign)  # type: ignore[union-attr]
             raise _UnknownValue from None
 
     def _eval_args(self, node: ast.Call, scope: Scope):
@@ -266,6 +271,8 @@ class CallsMixin:
             if fn.check is not None:
                 fn.check(args, kwargs, self._limits)
             _guard_raw(fn.raw, args, kwargs)
+            if self._peek and fn.name in MUTATING_METHODS:
+                self._peek_mutation(fn.raw, args)
             for v in (*args, *kwargs.values()):
                 if type(v) not in _PLAIN_ARG:
                     args, kwargs = yield from self._prepare_raw_args(fn.raw, args, kwargs)
@@ -325,6 +332,17 @@ class CallsMixin:
             raise _UnknownValue
         return tuple(new_args), new_kwargs
 
+    def _peek_mutation(self, raw: object, args: tuple) -> None:
+        """Peek mode, a mutating method called as a value (``f = ys.append; f(7)``) or
+        unbound (``list.append(ys, 5)``): it must not change a container the peek did
+        not make; that container becomes unknown for the rest of the peek instead."""
+        receiver = getattr(raw, "__self__", None)
+        if type(receiver) not in MUTABLE_TYPES:        # unbound: the first argument
+            receiver = args[0] if args else None
+        if type(receiver) in MUTABLE_TYPES and self._shared(receiver):
+            self._poison_object(receiver)
+            raise _UnknownValue
+
     def _passable_raw(self, func: SafeFunc) -> object:
         """The raw callable of ``func``, to be called back from C (``map``, a sort
         key, ...). In peek mode a mutating method must not reach C: called back it
@@ -344,12 +362,13 @@ class CallsMixin:
                 raise _UnknownValue
         return raw
 
-    def _poison_object(self, obj: object) -> None:
+    def _poison_object(self, obj: object, scope: Scope | None = None) -> None:
+        """Every reference to ``obj`` (and what it holds) becomes unknown."""
         found = reachable(obj)
         if found is None:
-            self._poison_all(self._module, in_peek=True)
+            self._poison_all(scope or self._module, in_peek=True)
         else:
-            poison(self, found, self._module)
+            poison(self, found, scope or self._module)
 
     def _call_function(self, fn: ShadowFunction, args: tuple, kwargs: dict):
         if self._depth >= self._limits.max_recursion:
@@ -424,12 +443,24 @@ class CallsMixin:
     def _call_tool(self, info: ToolInfo, args: tuple, kwargs: dict):
         if info.batched_of is not None:
             return (yield from self._call_batched(info, args, kwargs))
-        if not info.speculatable:
-            return (yield from self._observe(info, args, kwargs))
-        args, kwargs, _, unknown = yield from self._settle_call(args, kwargs)
-        if unknown:
-            raise _UnknownValue
-        return self._launch(info.name, info, args, kwargs)
+        try:
+            if not info.speculatable:
+                return (yield from self._observe(info, args, kwargs))
+            args, kwargs, _, unknown = yield from self._settle_call(args, kwargs)
+            if unknown:
+                raise _UnknownValue
+            return self._launch(info.name, info, args, kwargs)
+        finally:
+            if info.speculate != "pure":
+                # the real call of a tool with effects may change the containers it is
+                # passed (a pure one may not): every reference to them is unknown now
+                self._poison_args(args, kwargs)
+
+    def _poison_args(self, args: tuple, kwargs: dict) -> None:
+        for value in (*args, *kwargs.values()):
+            if type(value) in MUTABLE_TYPES and type(value) is not tuple or (
+                    type(value) is tuple and reaches(value, None)):
+                self._poison_object(value)
 
     def _observe(self, info: ToolInfo, args: tuple, kwargs: dict):
         """A tool the shadow may not start: a pending value bound to the real call

@@ -32,22 +32,25 @@ _FACTORIES = frozenset({list, dict, set, int, float, str, tuple, collections.Cou
 class PlainCopier:
     """Copies plain data, counting elements against a budget; anything else -> Unknown."""
 
-    def __init__(self, max_items: int) -> None:
+    def __init__(self, max_items: int, stop: list[bool] | None = None) -> None:
         self.max_items = max_items
+        self.stop = stop  # [True] from another thread: give up (the snapshot's deadline)
         self.items = 0
         self.memo: dict[int, object] = {}
         self._keep: list[object] = []  # keeps memo ids valid
 
     def copy(self, value: object) -> object:
+        if self.stop is not None and self.stop[0]:
+            raise LimitExceeded("namespace copy cut short: the real run started")
         t = type(value)
         if t in IMMUTABLE_TYPES:
             if t is re.Match:
-                return Unknown("match object from outside")  # holds its subject; rare
+                return Unknown("match object from outside", foreign=True)  # holds its subject; rare
             return value
         if t is Pending or t is Unknown:
             return value
         if t not in MUTABLE_TYPES:
-            return Unknown(f"not plain data: {t.__name__}")
+            return Unknown(f"not plain data: {t.__name__}", foreign=True)
         key = id(value)
         if key in self.memo:
             return self.memo[key]
@@ -78,7 +81,7 @@ class PlainCopier:
             for v in value:  # type: ignore[attr-defined]
                 c = self.copy(v)
                 if type(c) not in IMMUTABLE_TYPES and type(c) is not tuple:
-                    return Unknown("set of non-plain data")
+                    return Unknown("set of non-plain data", foreign=True)
                 items.append(c)
             out = t(items)
             self.memo[key] = out
@@ -87,7 +90,7 @@ class PlainCopier:
         if t is collections.defaultdict:
             factory = value.default_factory  # type: ignore[attr-defined]
             if factory is not None and factory not in _FACTORIES:
-                return Unknown("defaultdict with a custom factory")
+                return Unknown("defaultdict with a custom factory", foreign=True)
             out = collections.defaultdict(factory)
         else:
             out = t()
@@ -95,18 +98,18 @@ class PlainCopier:
         for k, v in value.items():  # type: ignore[attr-defined]
             kc = self.copy(k)
             if type(kc) not in IMMUTABLE_TYPES and type(kc) is not tuple:
-                self.memo[key] = Unknown("dict with non-plain keys")
+                self.memo[key] = Unknown("dict with non-plain keys", foreign=True)
                 return self.memo[key]
             out[kc] = self.copy(v)  # type: ignore[index]
         return out
 
 
-def snapshot(variables: dict, max_items: int) -> dict:
+def snapshot(variables: dict, max_items: int, stop: list[bool] | None = None) -> dict:
     """A private copy of the REPL variables, taken in one go (the runtime takes it at
     turn start). One copier for all names, so aliasing between names is kept; past
-    ``max_items`` elements in all, the remaining containers become Unknown. Dunder
-    names are left out (the shadow never reads them)."""
-    copier = PlainCopier(max_items)
+    ``max_items`` elements in all (or once ``stop[0]`` is set), the remaining containers
+    become Unknown. Dunder names are left out (the shadow never reads them)."""
+    copier = PlainCopier(max_items, stop)
     out: dict = {}
     for name, value in variables.items():
         if type(name) is not str or name.startswith("__"):

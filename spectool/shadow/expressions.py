@@ -17,6 +17,7 @@ from .determinism import is_unordered, text_safe
 from .limits import LimitExceeded, ShadowDeclined
 from .scope import Scope, ShadowFunction
 from .values import Pending, Touched, Unknown
+from .internals import INEXACT_TEXT
 from .internals import (
     _ATTR_TYPES,
     _BINOPS,
@@ -165,13 +166,15 @@ class ExpressionsMixin:
         elif isinstance(obj, BaseException):
             if name != "args":
                 raise ShadowDeclined("exception attribute")
+            if getattr(obj, INEXACT_TEXT, False):
+                return Unknown("arguments of an exception whose text may differ", plain=True)
             return BaseException.args.__get__(obj)
         else:
             raise ShadowDeclined(f"attribute of a {type(obj).__name__}")
         try:
             raw = getattr(owner, name)
         except AttributeError as exc:
-            raise _UserError(exc) from None
+            raise _UserError(exc, exact=True) from None  # CPython's, on plain data
         if isinstance(raw, type):
             return safe_class(raw) or Unknown("class attribute")
         if type(raw) in _DATA_TYPES:
@@ -473,7 +476,7 @@ class ExpressionsMixin:
                 except Touched:
                     raise ShadowDeclined("iterating over an opaque value") from None
                 except Exception as exc:
-                    raise _UserError(exc) from None
+                    raise _UserError(exc, exact=True) from None  # next() of plain data
                 yield from self._assign(gen.target, item, inner)
                 keep = True
                 for cond in gen.ifs:
@@ -528,7 +531,7 @@ class ExpressionsMixin:
             except Touched:
                 raise ShadowDeclined("iterating over an opaque value") from None
             except Exception as exc:
-                raise _UserError(exc) from None
+                raise _UserError(exc, exact=True) from None  # next() of plain data
             if limit is not None and len(out) > limit:
                 break
         return self._account(out)

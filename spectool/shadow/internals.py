@@ -61,12 +61,27 @@ _COMPARE = {
 
 # -- internal control exceptions (BaseException: nothing generic ever catches them) --
 
-class _UserError(BaseException):
-    """An exception raised by shadow code, as the real run would raise it."""
+INEXACT_TEXT = "__spectool_inexact_text__"
 
-    def __init__(self, exc: BaseException) -> None:
+
+class _UserError(BaseException):
+    """An exception raised by shadow code, as the real run would raise it.
+
+    ``exact``: the exception's text is the one the real run's would have (raised by
+    CPython on plain-data arguments, or built by the cell itself). Otherwise (a message
+    the shadow wrote, or CPython's text about a value that differs in the shadow) the
+    exception is marked, and its ``str``/``repr``/``args`` are unknown to shadow code
+    (``determinism.text_safe``): the real message may differ (``UnboundLocalError``'s
+    wording changed in 3.11, a generator is a list iterator in the shadow, ...)."""
+
+    def __init__(self, exc: BaseException, exact: bool = False) -> None:
         super().__init__()
         self.exc = exc
+        if not exact:
+            try:
+                setattr(exc, INEXACT_TEXT, True)
+            except Exception:  # pragma: no cover  (every BaseException has a __dict__)
+                pass
 
 
 class _UnknownValue(BaseException):

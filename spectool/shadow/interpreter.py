@@ -34,6 +34,7 @@ from collections.abc import Generator, Mapping
 from . import analysis
 from .builtins import BLOCKED_BUILTINS, SAFE_BUILTINS
 from .copying import PlainCopier
+from .determinism import text_safe
 from .staleness import poison, reachable, reaches
 from .limits import LimitExceeded, Limits, ShadowDeclined
 from .scope import Scope, ToolRef
@@ -375,10 +376,12 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         """A call into code the shadow cannot see (an unknown callable or a method of an
         unknown object) may mutate any object reachable from the REPL's globals.
 
-        Not in a peek unless ``in_peek``: a peek bets only on pure tools, so a view it
-        keeps after such a call costs at most a wasted pure bet (the key of the real
-        call decides what is reused), while making everything unknown would end most
-        peeks at the first method call on a tool result (``answer.strip()``)."""
+        In a peek only if ``in_peek`` (the callee is a user object from the namespace,
+        or a mutating method is handed to C): a peek bets only on pure tools, so a view
+        it keeps after a call on an unknown of unknown origin costs at most a wasted
+        pure bet (the real call's key decides what is reused), while making everything
+        unknown there would end most peeks at the first method call on a tool result
+        (``answer.strip()``)."""
         if self._peek and not in_peek:
             return
         poison(self, None, scope)
@@ -402,7 +405,8 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
                 raise ShadowDeclined("driver sent something that is not an Outcome")
             copier = PlainCopier(self._limits.max_namespace_items)
             if outcome.error is not None:
-                value: object = _UserError(_sanitize_exception(outcome.error, copier))
+                value: object = _UserError(_sanitize_exception(outcome.error, copier),
+                                           exact=True)  # the tool's own exception
             else:
                 try:
                     value = copier.copy(outcome.value)
@@ -413,7 +417,7 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
             self._version += 1
         value = rec[1]
         if isinstance(value, _UserError):
-            raise _UserError(value.exc)
+            raise _UserError(value.exc, exact=True)
         return value
 
     def _need(self, value: object) -> Generator[WaitFor, Outcome, object]:
@@ -534,7 +538,10 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
             if not resolved:
                 break
         if err is not None:
-            raise _UserError(err)
+            # CPython's text names the arguments' types and values: the real one's only
+            # if every argument is plain data (no iterator, wrapper or opaque value)
+            exact = all(text_safe(a) for a in args) and all(text_safe(v) for v in kwargs.values())
+            raise _UserError(err, exact=exact)
         raise ShadowDeclined("an opaque value was read where it could not be resolved")
 
 

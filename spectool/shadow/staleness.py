@@ -45,49 +45,65 @@ _MUTABLE = (list, dict, set, bytearray, collections.deque, collections.OrderedDi
             collections.Counter, collections.defaultdict)
 
 
+_WALKED = frozenset(_CONTAINERS) | {ShadowFunction, bytearray}
+
+
 def _children(value: object) -> Iterable[object]:
     if isinstance(value, dict):
-        return value.values()  # keys are immutable (hashable plain data)
-    if type(value) is ShadowFunction:
-        return (*value.defaults, *value.kw_defaults)
-    return value  # type: ignore[return-value]
+        items: Iterable[object] = value.values()  # keys are immutable (hashable plain data)
+    elif type(value) is ShadowFunction:
+        items = (*value.defaults, *value.kw_defaults)
+    elif type(value) is bytearray:
+        return ()
+    else:
+        items = value  # type: ignore[assignment]
+    # only children that can hold (or be) a mutable object matter: a C-speed scan of
+    # the element types first, so a long list of strings costs one pass in C
+    if _WALKED.isdisjoint(set(map(type, items))):
+        return ()
+    return [x for x in items if type(x) in _WALKED]
 
 
-def reachable(value: object, limit: int = MAX_WALK) -> set[int] | None:
-    """Ids of the mutable objects reachable from ``value`` (itself included); None if
-    more than ``limit`` items would have to be visited."""
+def _walk(value: object, limit: int, stop: set[int] | None):
+    """Ids of the mutable objects reachable from ``value``; with ``stop``, returns True
+    as soon as one of them is found. None: more than ``limit`` containers."""
     out: set[int] = set()
     seen: set[int] = set()
     stack = [value]
     visited = 0
     while stack:
         v = stack.pop()
-        t = type(v)
-        if not (t in _CONTAINERS or t is ShadowFunction or t is bytearray):
-            continue
-        if id(v) in seen:
+        if type(v) not in _WALKED or id(v) in seen:
             continue
         seen.add(id(v))
         if isinstance(v, _MUTABLE):
+            if stop is not None and id(v) in stop:
+                return True
             out.add(id(v))
-        if t is bytearray:
-            continue
-        children = list(_children(v))
-        visited += len(children)
+        children = _children(v)
+        visited += len(children)  # type: ignore[arg-type]
         if visited > limit:
             return None
         stack.extend(children)
-    return out
+    return False if stop is not None else out
+
+
+def reachable(value: object, limit: int = MAX_WALK) -> set[int] | None:
+    """Ids of the mutable objects reachable from ``value`` (itself included); None if
+    more than ``limit`` containers would have to be visited."""
+    return _walk(value, limit, None)  # type: ignore[return-value]
 
 
 def reaches(value: object, targets: set[int] | None) -> bool:
-    """Does ``value`` reach one of ``targets`` (None: any mutable object)?"""
-    found = reachable(value)
-    if found is None:
-        return True
+    """Does ``value`` reach one of ``targets`` (None: any mutable object)? Too big to
+    follow counts as reaching."""
+    t = type(value)
+    if t not in _WALKED:
+        return False
     if targets is None:
-        return bool(found)
-    return not found.isdisjoint(targets)
+        return True if isinstance(value, _MUTABLE) else _walk(value, MAX_WALK, None) != set()
+    found = _walk(value, MAX_WALK, targets)
+    return True if found is None else bool(found)
 
 
 def _unknown(value: object) -> Unknown:

@@ -8,6 +8,7 @@ A block whose condition is unknown is skipped and taints what it could write;
 from __future__ import annotations
 
 import ast
+import collections
 import operator
 
 from . import analysis, lookahead
@@ -31,6 +32,11 @@ from .internals import (
     _UserError,
     _target_names,
 )
+
+# types whose augmented assignment changes the object itself (so aliases see it)
+_IN_PLACE = {list: True, dict: True, set: True, bytearray: True, collections.deque: True,
+             collections.Counter: True, collections.OrderedDict: True,
+             collections.defaultdict: True}
 
 __all__ = ["StatementsMixin"]
 
@@ -166,6 +172,9 @@ class StatementsMixin:
                 result = yield from self._binop(node.op, current, value, inplace=True)
             except _UnknownValue:
                 result = Unknown("augmented assignment")
+                if _IN_PLACE.get(type(current)):
+                    # ``L += x`` changes the list itself: every alias of it is unknown
+                    self._poison_object(current, scope)
             self._store(target.id, result, scope)
             return
         if isinstance(target, ast.Subscript):
@@ -173,7 +182,16 @@ class StatementsMixin:
             key = yield from self._subscript_key(target.slice, scope)
             self._check_mutable(obj, target)
             current = yield from self._need((yield from self._apply(operator.getitem, (obj, key))))
-            value = yield from self._known(node.value, scope)
+            if _IN_PLACE.get(type(current)) and self._shared(current):
+                # a peek must not change the shared item in place (``D['k'] += [1]``)
+                self._poison_object(current, scope)
+                raise _UnknownValue
+            try:
+                value = yield from self._known(node.value, scope)
+            except _UnknownValue:
+                if _IN_PLACE.get(type(current)):
+                    self._poison_object(current, scope)
+                raise
             result = yield from self._binop(node.op, current, value, inplace=True)
             yield from self._apply(operator.setitem, (obj, key, result))
             return
@@ -300,7 +318,7 @@ class StatementsMixin:
             except (RecursionError, MemoryError):
                 raise LimitExceeded("iteration") from None
             except Exception as exc:
-                raise _UserError(exc) from None
+                raise _UserError(exc, exact=True) from None  # next() of plain data
             if frame is not None:
                 frame.consumed += 1
             try:
@@ -402,7 +420,7 @@ class StatementsMixin:
         if node.exc is None:
             if not self._handling:
                 raise _UserError(RuntimeError("No active exception to reraise"))
-            raise _UserError(self._handling[-1])
+            raise _UserError(self._handling[-1], exact=True)  # keeps its mark
         exc = yield from self._known(node.exc, scope)
         if isinstance(exc, SafeFunc) and exc.is_class and issubclass(exc.raw, BaseException):
             exc = exc.raw()
@@ -410,13 +428,13 @@ class StatementsMixin:
             if isinstance(exc, BaseException):
                 raise ShadowDeclined("raising an exception of an unknown class")
             raise _UserError(TypeError("exceptions must derive from BaseException"))
-        raise _UserError(exc)
+        raise _UserError(exc, exact=True)  # built by the cell itself
 
     def _exec_Assert(self, node: ast.Assert, scope: Scope):
         test = yield from self._truth((yield from self._eval(node.test, scope)))
         if not test:
             msg = () if node.msg is None else ((yield from self._known(node.msg, scope)),)
-            raise _UserError(AssertionError(*msg))
+            raise _UserError(AssertionError(*msg), exact=True)  # the cell's own message
 
     def _exec_Import(self, node: ast.Import, scope: Scope):
         for alias in node.names:

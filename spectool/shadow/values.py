@@ -136,13 +136,15 @@ class Unknown(_Opaque):
     ``plain``: the value is known to be plain data (a list whose contents the shadow
     lost track of, say), so calling one of its methods runs no user code; an unknown
     that may be any object (a user object from the namespace, the result of an unknown
-    call) is not plain."""
+    call) is not plain. ``foreign``: it is (or holds) an object from the caller's
+    namespace that is not plain data, whose methods run user code."""
 
-    __slots__ = ("reason", "plain")
+    __slots__ = ("reason", "plain", "foreign")
 
-    def __init__(self, reason: str = "", plain: bool = False) -> None:
+    def __init__(self, reason: str = "", plain: bool = False, foreign: bool = False) -> None:
         object.__setattr__(self, "reason", reason)
         object.__setattr__(self, "plain", plain)
+        object.__setattr__(self, "foreign", foreign)
 
 
 def is_opaque(value: object) -> bool:

@@ -388,8 +388,38 @@ def test_namespace_snapshot_is_private_and_taken_at_turn_start():
     shared = [1]
     variables = {"a": shared, "b": shared, "t": (shared, "x")}
     snap = _snapshot(variables)
+    snap.take()                                        # the runtime: in a worker thread
     shared.append(2)                                   # the real run changes it later
     assert snap["a"] == [1] and snap["a"] is snap["b"] and snap["t"][0] is snap["a"]
+
+
+def test_a_snapshot_cut_short_reads_as_unknown_never_half_copied():
+    from spectool.runtime import _snapshot
+    from spectool.shadow import Unknown
+    variables = {"a": [1, 2, 3], "big": list(range(100_000)), "b": [4]}
+    snap = _snapshot(variables)
+    snap.stop()                                        # the real run starts at once
+    snap.take()
+    assert all(type(snap[name]) is Unknown for name in variables)
+
+
+@pytest.mark.anyio
+async def test_the_namespace_is_copied_off_the_event_loop(anyio_backend, monkeypatch):
+    import threading
+
+    import spectool.shadow.copying as copying
+    threads = []
+    original = copying.snapshot
+
+    def spy(*args, **kwargs):
+        threads.append(threading.get_ident())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(copying, "snapshot", spy)
+    loop_thread = threading.get_ident()
+    rt = spectool.Runtime([], mode="spec", namespace={"xs": list(range(1000))})
+    res = await rt.run_cell("y = len(xs)\n")
+    assert res.namespace["y"] == 1000 and threads and loop_thread not in threads
 
 
 def test_negative_control_a_shallow_snapshot_shows_later_changes():
@@ -414,20 +444,17 @@ class StatementGate:
                 self.seen.set()
 
 
-STALE_CELL = ("k = sync()\n"
-              "if k == 1:\n"
-              "    raise ValueError('peeking ahead stops here')\n"
-              "xs.append(2)\n"
-              "hold()\n"
-              "r = post(str(xs))\n")
+STALE_CELL = "xs.append(2)\nsync()\nhold()\nr = post(str(xs))\n"
 
 
-async def run_real_ahead(mode: str, ledger: Ledger) -> spectool.TurnResult:
+async def run_real_ahead(mode: str, ledger: Ledger, released=None) -> spectool.TurnResult:
     post = ledger.tool()
-    gate = StatementGate(5)
+    gate = StatementGate(4)
 
     @spectool.tool
-    def sync() -> int:                                 # a never tool the shadow observes
+    def sync() -> int:                                 # a never tool: the real run is here
+        if released is not None:
+            released.set()
         return 0
 
     @spectool.tool(speculate="pure")
@@ -444,11 +471,37 @@ async def run_real_ahead(mode: str, ledger: Ledger) -> spectool.TurnResult:
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["lazy", "spec"])
 async def test_real_run_ahead_of_the_shadow_never_leaves_a_stale_bet(anyio_backend, mode):
-    """The real run mutates ``xs`` before the shadow first reads it (the shadow waits
-    on ``sync()`` and cannot peek past the ``if``); the shadow must still see the
-    turn-start value and launch only the call the real run makes."""
+    """However far the real run is ahead when the shadow first reads ``xs``, the shadow
+    sees the turn-start value and launches only the call the real run makes."""
     ledger = Ledger()
     res = await run_real_ahead(mode, ledger)
+    assert res.error is None and res.namespace["xs"] == [1, 2]
+    assert ledger.compensated == []                    # no bet on [1, 2, 2]
+    ledger.check(claimed_keys(res.namespace))
+
+
+def hold_back_shadow(monkeypatch):
+    """The lazy shadow starts only once the real run reached ``sync()`` (after it
+    appended to ``xs``)."""
+    import threading
+
+    import spectool.shadow.interpreter as interpreter
+    released = threading.Event()
+    original_init = interpreter.ShadowInterpreter.__init__
+
+    def held_back(self, *args, **kwargs):
+        released.wait(10)                              # in the shadow's worker thread
+        original_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(interpreter.ShadowInterpreter, "__init__", held_back)
+    return released
+
+
+@pytest.mark.anyio
+async def test_shadow_held_back_behind_the_real_run_still_sees_turn_start(anyio_backend,
+                                                                        monkeypatch):
+    ledger = Ledger()
+    res = await run_real_ahead("lazy", ledger, hold_back_shadow(monkeypatch))
     assert res.error is None and res.namespace["xs"] == [1, 2]
     assert ledger.compensated == []                    # no bet on [1, 2, 2]
     ledger.check(claimed_keys(res.namespace))
@@ -457,11 +510,14 @@ async def test_real_run_ahead_of_the_shadow_never_leaves_a_stale_bet(anyio_backe
 @pytest.mark.anyio
 async def test_negative_control_a_late_lazy_copy_bets_on_a_stale_view(anyio_backend,
                                                                       monkeypatch):
-    import spectool.runtime
-    monkeypatch.setattr(spectool.runtime, "_snapshot", lambda variables, limits=None:
-                        dict(variables))           # the old one: copied on first read
+    """The old behaviour (no copy at turn start: the shadow copies live objects when it
+    first reads them), with the lazy shadow held back until the real run appended."""
+    import spectool.shadow.copying as copying
+    monkeypatch.setattr(copying, "snapshot", lambda variables, max_items, stop=None:
+                        dict(variables))
     ledger = Ledger()
-    res = await run_real_ahead("lazy", ledger)
+    res = await run_real_ahead("lazy", ledger, hold_back_shadow(monkeypatch))
+    assert res.namespace["xs"] == [1, 2]
     assert [args for _, args, _ in ledger.compensated] == [("[1, 2, 2]",)]
 
 
@@ -511,3 +567,139 @@ async def test_negative_control_sorted_dict_keys_and_free_set_order(anyio_backen
 
     monkeypatch.setattr(keys, "_tree", sorted_tree)
     assert await keys_of_dict_from_set("spec") != await keys_of_dict_from_set("baseline")
+
+
+async def sync_post_order() -> list[str]:
+    import threading
+
+    release = threading.Event()
+    started = threading.Event()
+    log: list[str] = []
+
+    async def on_unclaimed(key, args, kwargs):    # async: runs in the settling task
+        log.append("compensated")
+
+    @spectool.tool(speculate="idempotent", on_unclaimed=on_unclaimed)
+    def post(body: str, *, idempotency_key: str) -> str:
+        started.set()
+        release.wait(10)
+        log.append("returned")
+        return idempotency_key
+
+    async with anyio.create_task_group() as tg:
+        store = await open_store([post], tg)
+        store.launch("post", ("a",), {})
+        await anyio.to_thread.run_sync(started.wait, 10)
+        store.close()                              # turn end: the call is cancelled
+        await anyio.wait_all_tasks_blocked()
+        log.append("released")
+        release.set()
+    await anyio.to_thread.run_sync(lambda: None)   # let an abandoned thread finish
+    while "returned" not in log:
+        await anyio.to_thread.run_sync(release.wait, 1)
+        await anyio.lowlevel.checkpoint()
+    return log
+
+
+@pytest.mark.anyio
+async def test_sync_idempotent_tool_hook_runs_after_the_thread_returned(anyio_backend):
+    assert await sync_post_order() == ["released", "returned", "compensated"]
+
+
+@pytest.mark.anyio
+async def test_negative_control_an_abandoned_thread_is_compensated_too_early(
+        anyio_backend, monkeypatch):
+    import functools
+
+    from spectool.tools import Tool
+
+    async def abandoning(self, args, kwargs):     # the pure/never behaviour
+        return await anyio.to_thread.run_sync(functools.partial(self.fn, *args, **kwargs),
+                                              abandon_on_cancel=True)
+
+    monkeypatch.setattr(Tool, "_invoke", abandoning)
+    assert (await sync_post_order())[0] == "compensated"
+
+
+async def claim_then_cancel(speculate_first: bool = True) -> list[tuple]:
+    log: list[tuple] = []
+    gate = anyio.Event()
+    started = anyio.Event()
+
+    def abort(key, prepared):
+        log.append(("abort", prepared))
+
+    @spectool.tool(speculate="two_phase", commit=lambda key, p: log.append(("commit", p)),
+                   abort=abort)
+    async def transfer(amount: int) -> str:
+        started.set()
+        await gate.wait()
+        return f"hold-{amount}"
+
+    with anyio.CancelScope() as outer:
+        async with anyio.create_task_group() as tg:
+            store = await open_store([transfer], tg)
+            if speculate_first:
+                store.launch("transfer", (5,), {})
+                await started.wait()                   # the speculative prepare runs
+
+            async def real_call():
+                await store.call("transfer", (5,), {})
+
+            tg.start_soon(real_call)
+            await anyio.wait_all_tasks_blocked()       # claimed, waiting for prepare
+            outer.cancel()
+    return log
+
+
+@pytest.mark.anyio
+async def test_two_phase_claim_cancelled_before_commit_is_aborted(anyio_backend):
+    """The real call claimed the prepare but the turn was cancelled while it waited:
+    nothing was committed, so the prepare is aborted (once)."""
+    assert await claim_then_cancel() == [("abort", None)]
+
+
+@pytest.mark.anyio
+async def test_two_phase_real_call_cancelled_during_its_prepare_is_aborted(anyio_backend):
+    assert await claim_then_cancel(speculate_first=False) == [("abort", None)]
+
+
+@pytest.mark.anyio
+async def test_negative_control_claimed_counts_as_settled_leaks_the_hold(anyio_backend,
+                                                                        monkeypatch):
+    import spectool.effects as effects
+    monkeypatch.setattr(effects, "_unclaimed", lambda entry: not entry.claimed)
+    assert await claim_then_cancel() == []
+
+
+async def never_tool_mutates_argument() -> tuple[Ledger, spectool.TurnResult]:
+    ledger = Ledger()
+    post = ledger.tool()
+
+    @spectool.tool
+    def add(lst):                                      # a never tool with an effect on
+        lst.append(99)                                 # the container it is passed
+        return len(lst)
+
+    gate = StatementGate(2)
+    rt = spectool.Runtime([add, post], mode="spec", namespace={"xs": [1]}, on_event=gate)
+    res = await rt.run(stream_then("```repl\nn = add(xs)\nr = post(str(xs))\n", gate,
+                                   "```\n"))
+    return ledger, res
+
+
+@pytest.mark.anyio
+async def test_a_never_tool_may_change_what_it_is_passed(anyio_backend):
+    ledger, res = await never_tool_mutates_argument()
+    assert res.namespace["xs"] == [1, 99] and res.namespace["r"].count(":") == 4
+    assert ledger.compensated == []                    # no bet on the old "[1]"
+    ledger.check(claimed_keys(res.namespace))
+
+
+@pytest.mark.anyio
+async def test_negative_control_unpoisoned_arguments_bet_on_a_stale_view(anyio_backend,
+                                                                       monkeypatch):
+    from spectool.shadow.calls import CallsMixin
+    monkeypatch.setattr(CallsMixin, "_poison_args", lambda self, args, kwargs: None)
+    ledger, res = await never_tool_mutates_argument()
+    assert [args for _, args, _ in ledger.compensated] == [("[1]",)]

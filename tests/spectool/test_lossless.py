@@ -5,7 +5,9 @@ Tools: `p` (pure, deterministic value, fails for some arguments), `s` (pure and
 stochastic: every execution draws the next value of a seeded RNG per argument, so a
 merged call would show up as a repeated draw), `d` (declared deterministic: identical
 calls share one run; returns a list the cell mutates), `pb` (batched form of `p`) and
-`n` (never speculated, effects recorded in order, fails for some arguments), `o` (pure,
+`n` (never speculated, effects recorded in order, fails for some arguments), `t`
+(two_phase: every prepare must be committed by the real call or aborted, exactly once),
+`o` (pure,
 its result depends on the order of its list argument), `i` (idempotent: every run of its
 body must be claimed by the real run or compensated through ``on_unclaimed``, exactly
 once). Programs mix these with aliasing (mutation through a second name), sets (whose
@@ -22,7 +24,7 @@ import random
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import spectool
@@ -41,6 +43,10 @@ class World:
         self.never_calls: list[int] = []
         self.i_runs: list[str] = []          # keys of executions of i's body
         self.i_compensated: list[str] = []   # keys passed to i's on_unclaimed
+        self.prepared: list[str] = []        # two_phase t: keys of prepares
+        self.committed: list[str] = []
+        self.aborted: list[str] = []
+        self.prepare_failed: list[str] = []  # keys whose prepare raised
         self.draws: dict[int, list[str]] = {}
         self.rngs: dict[int, random.Random] = {}
         world = self
@@ -103,7 +109,23 @@ class World:
             await pause(x + 3)
             return idempotency_key
 
-        self.tools = [p, s, n, d, pb, o, i]
+        async def commit(key, hold):
+            world.committed.append(key)
+            return f"{hold}:ok"
+
+        def abort(key, hold):
+            world.aborted.append(key)
+
+        @spectool.tool(speculate="two_phase", commit=commit, abort=abort)
+        async def t(x: int, *, idempotency_key: str) -> str:
+            world.prepared.append(idempotency_key)
+            await pause(x + 4)
+            if x % 6 == 5:
+                world.prepare_failed.append(idempotency_key)
+                raise ValueError(f"t({x}) refused")
+            return f"t{x}"
+
+        self.tools = [p, s, n, d, pb, o, i, t]
 
 
 # -- program generator ---------------------------------------------------------------
@@ -132,7 +154,8 @@ def programs(draw) -> str:
     for _ in range(draw(st.integers(1, 7))):
         kind = draw(st.sampled_from(["p", "p", "n", "s", "s", "sum", "print", "try", "for",
                                      "if", "helper", "listcomp", "det", "batch", "alias",
-                                     "set", "setdict", "match", "heavy", "idem"]))
+                                     "set", "setdict", "match", "heavy", "idem",
+                                     "two_phase"]))
         if kind in ("p", "n"):
             v = new_var()
             lines.append(f"{v} = {kind}({arg()})")
@@ -210,6 +233,10 @@ def programs(draw) -> str:
             defined.append(v)
         elif kind == "idem":
             lines.append(f"I.append(i({arg()}))")
+        elif kind == "two_phase":
+            v = new_var()
+            lines.append(f"try:\n    {v} = len(t({arg()}))\nexcept ValueError:\n    {v} = -3")
+            defined.append(v)
         elif kind == "listcomp":
             v = new_var()
             lines.append(f"{v} = sum([p(j) for j in range({draw(st.integers(0, 4))})])")
@@ -267,6 +294,17 @@ def check_effects(world: World, claimed: list, mode: str) -> None:
     assert not stray, f"{mode}: idempotent runs neither claimed nor compensated: {stray}"
     SEEN["idempotent_runs"] += len(world.i_runs)
     SEEN["compensated"] += len(compensated)
+    # two_phase: every prepare is committed (the real run made the call) or aborted,
+    # exactly once, never both; as many commits as the baseline made
+    prepared, committed, aborted = world.prepared, world.committed, world.aborted
+    assert len(set(committed)) == len(committed) and len(set(aborted)) == len(aborted), mode
+    assert not set(committed) & set(aborted), f"{mode}: committed and aborted"
+    assert set(committed) <= set(prepared) and set(aborted) <= set(prepared), mode
+    leftover = set(prepared) - set(committed) - set(aborted)
+    # a claimed prepare that raised is neither committed nor aborted: the real call
+    # raised its error, as the baseline's prepare did
+    assert leftover <= set(world.prepare_failed), f"{mode}: prepared, never settled: {leftover}"
+    SEEN["aborted"] += len(aborted)
 
 
 def describe(error):
@@ -288,6 +326,7 @@ async def check_lossless(message: str, sizes: list[int], latencies: dict[int, fl
         assert world.never_calls == base_world.never_calls, mode
         assert len(res.namespace.get("I", [])) == len(base.namespace.get("I", [])), mode
         check_effects(world, res.namespace.get("I", []), mode)
+        assert len(world.committed) == len(base_world.committed), mode
         # stochastic tool: the same calls in the same order, each its own execution
         got = res.namespace.get("S", [])
         want = base.namespace.get("S", [])
@@ -302,7 +341,7 @@ async def check_lossless(message: str, sizes: list[int], latencies: dict[int, fl
 
 
 SEEN = {"examples": 0, "spec_hits": 0, "lazy_hits": 0, "observed": 0, "idempotent_runs": 0,
-        "compensated": 0}
+        "compensated": 0, "aborted": 0}
 
 
 @pytest.mark.anyio
@@ -312,6 +351,11 @@ SEEN = {"examples": 0, "spec_hits": 0, "lazy_hits": 0, "observed": 0, "idempoten
        sizes=st.lists(st.integers(1, 40), min_size=1, max_size=6),
        latencies=st.dictionaries(st.integers(0, 6), st.sampled_from(LATENCIES), max_size=7),
        pace=st.sampled_from([0.0, 0.0005, 0.002]))
+# always among the examples: effectful speculations left unclaimed by a cell that
+# never parses (their compensation must happen, exactly once)
+@example(message="```repl\nS = []\nI = []\nI.append(i(4))\nv1 = len(t(2))\n"
+                 "v2 = o([3, 1])\nbroken = (\n```\n",
+         sizes=[3], latencies={}, pace=0.002)
 async def test_spec_and_lazy_are_lossless(anyio_backend, message, sizes, latencies, pace):
     stats = await check_lossless(message, sizes, latencies, pace)
     SEEN["examples"] += 1
@@ -337,6 +381,7 @@ def test_property_run_exercised_speculation():
     assert SEEN["spec_hits"] > 0 and SEEN["lazy_hits"] > 0 and SEEN["observed"] > 0, SEEN
     # idempotent speculations ran, and some were unclaimed and compensated
     assert SEEN["idempotent_runs"] > 0 and SEEN["compensated"] > 0, SEEN
+    assert SEEN["aborted"] > 0, SEEN    # unclaimed two_phase prepares were aborted
 
 
 # -- negative control: a store that merges identical stochastic calls ---------------------

@@ -224,7 +224,9 @@ async def test_batched_tool_claims_element_speculations(anyio_backend, mode):
         assert res.stats.misses == 5 and res.stats.hits == 0     # counted per element
     else:   # the shadow may or may not have reached each element before the real run
         assert sum(len(b) for b in batch_calls) + len(element_runs) - 1 >= 4
-        assert all(b[-1] == "n!" for b in batch_calls) and len(batch_calls) == 1
+        # "n!" is known only once the real note() returned: it misses unless the shadow
+        # (woken by that observation) launched it before the real batched call claimed
+        assert all(b[-1] == "n!" for b in batch_calls) and len(batch_calls) <= 1
         assert res.stats.hits + res.stats.misses == 5
 
 

@@ -48,13 +48,34 @@ def real_calls(source: str, namespace: dict) -> list[tuple]:
     def search(q):
         return ["hit"]  # truthy: blocks guarded by it run
 
+    def write_file(target, text):   # a never tool that changes what it is passed
+        if isinstance(target, list):
+            target.append(text)
+
     exec(compile(source, "<cell>", "exec"), {"llm_query": llm_query, "search": search,
-                                             **namespace})
+                                             "write_file": write_file, **namespace})
     return seen
 
 
-def shadow_bets(statements: list[str], namespace: dict, tail: str | None = None) -> list[tuple]:
-    host = RecordingHost()
+class ObservingHost(RecordingHost):
+    """Also observes never-tool calls (as the runtime's store does): the shadow gets a
+    pending value bound to the real call instead of an unknown."""
+
+    def observe(self, tool_name, args, kwargs):
+        return ("observed", tool_name)
+
+    def outcome(self, handle):
+        if isinstance(handle, tuple):     # what real_calls' never tools return
+            from spectool.shadow import Outcome
+            return Outcome(value=["hit"] if handle[1] == "search" else None)
+        return super().outcome(handle)
+
+
+def shadow_bets(statements: list[str], namespace: dict, tail: str | None = None,
+                observe: bool = False) -> list[tuple]:
+    """What the shadow launched or bet on. ``observe``: never-tool calls are observed
+    (their results known, as in the runtime); else they are unknown."""
+    host = ObservingHost() if observe else RecordingHost()
     interp = ShadowInterpreter(namespace, TOOLS, host, Limits())
     for src in statements:
         drive(interp, src, host)
@@ -99,6 +120,8 @@ CASES = {
         ["ys = [3, 1, 2]"], None, "z = list(map(ys.append, [9]))\nllm_query(str(ys))\n"),
     "peek_map_of_unbound_append": (
         ["ys = [3, 1, 2]"], None, "z = list(map(list.append, [ys], [9]))\nllm_query(str(ys))\n"),
+    "never_tool_mutates_its_argument": (
+        ["a = [1]", "b = {'k': a}", "write_file(a, 'x')", "llm_query(str(b))"], None, None),
 }
 
 
@@ -123,13 +146,17 @@ def _names_only_rebound_by_targets(monkeypatch):
 def _no_poison(monkeypatch):
     monkeypatch.setattr(interpreter, "poison", lambda *a, **k: None)
     monkeypatch.setattr(calls, "poison", lambda *a, **k: None)
-    monkeypatch.setattr(interpreter.ShadowInterpreter, "_poison_all", lambda self, scope: None)
+    monkeypatch.setattr(interpreter.ShadowInterpreter, "_poison_all", lambda self, scope, in_peek=False: None)
 
 
 def _no_text_guard(monkeypatch):
     monkeypatch.setattr(calls, "_guard_raw", lambda *a, **k: None)
     monkeypatch.setattr(calls, "consumes", lambda raw: True)
     monkeypatch.setattr(expressions, "text_safe", lambda v: True)
+
+
+def _no_argument_poison(monkeypatch):
+    monkeypatch.setattr(CallsMixin, "_poison_args", lambda self, args, kwargs: None)
 
 
 def _no_callback_fence(monkeypatch):
@@ -148,6 +175,7 @@ DEFENCES_OFF = {
     "peek_sorted_key_mutates_shared_list": _no_poison,
     "peek_map_of_bound_append": _no_callback_fence,
     "peek_map_of_unbound_append": _no_callback_fence,
+    "never_tool_mutates_its_argument": _no_argument_poison,
 }
 
 
@@ -155,8 +183,12 @@ def check(case: str) -> tuple[list, list]:
     statements, factory, tail = CASES[case]
     source = "".join(s if s.endswith("\n") else s + "\n" for s in statements) + (tail or "")
     real = real_calls(source, fresh(factory))
-    bets = shadow_bets(statements, fresh(factory), tail)
+    bets = shadow_bets(statements, fresh(factory), tail, observe=case in OBSERVED_CASES)
     return bets, real
+
+
+# cases whose never-tool calls the shadow observes (it knows their results)
+OBSERVED_CASES = {"never_tool_mutates_its_argument"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -304,3 +336,154 @@ def test_negative_control_import_fence_off_imports(monkeypatch):
     before = set(sys.modules)
     shadow_bets(["e = bytes('abc', 'cp500')", "f = 'abc'.encode('cp500')"], {})
     assert "encodings.cp500" in set(sys.modules) - before
+
+
+# ------------------------------------------------------------ exception messages
+
+ERROR_TEXT_CASES = {
+    # the shadow writes its own message; CPython 3.11 words it differently
+    "unbound_local": "def f():\n    y = y + 1\ntry:\n    f()\nexcept Exception as e:\n"
+                     "    llm_query(str(e))\n",
+    # CPython's text names the type: a generator is a list iterator in the shadow
+    "generator_type_name": "try:\n    s = 'a' + (x for x in [])\nexcept TypeError as e:\n"
+                           "    llm_query(str(e))\n",
+    "shadow_written_message": "try:\n    sorted()\nexcept TypeError as e:\n"
+                              "    llm_query(repr(e.args))\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERROR_TEXT_CASES))
+def test_exception_text_the_real_run_may_word_otherwise_is_unknown(case):
+    source = ERROR_TEXT_CASES[case]
+    real = real_calls(source, {})
+    bets = shadow_bets([source], {})
+    assert [b for b in bets if b not in real] == [], (bets, real)
+
+
+def test_negative_control_exception_text_unmarked_reaches_a_tool(monkeypatch):
+    from spectool.shadow import internals
+
+    def unmarked(self, exc, exact=False):
+        BaseException.__init__(self)
+        self.exc = exc
+
+    monkeypatch.setattr(internals._UserError, "__init__", unmarked)
+    stale = []
+    for source in ERROR_TEXT_CASES.values():
+        real = real_calls(source, {})
+        stale += [b for b in shadow_bets([source], {}) if b not in real]
+    assert len(stale) >= 2, stale
+
+
+def test_cpython_text_on_plain_data_stays_known():
+    source = "try:\n    int('x')\nexcept ValueError as e:\n    llm_query(str(e))\n"
+    assert shadow_bets([source], {}) == real_calls(source, {}) == [
+        ("invalid literal for int() with base 10: 'x'",)]
+
+
+# ------------------------------------------------- random programs: no stale bet
+
+class Bumper:
+    """A REPL object the shadow cannot copy: ``bump`` mutates ``target`` for real."""
+
+    def __init__(self, target: list) -> None:
+        self.target = target
+
+    def bump(self) -> None:
+        self.target.append(9)
+
+    def __bool__(self) -> bool:
+        return True
+
+
+def aliased_namespace() -> dict:
+    shared = [1, 2]
+    return {"L": shared, "M": shared, "D": {"k": shared, "j": [3]}, "obj": Bumper(shared),
+            "flag": Bumper([]), "S": {"a", "bb", "c"}, "T": (shared, 1)}
+
+
+SNIPPETS = [
+    "a = L", "b = [L, 4]", "L.append(5)", "M.extend([6])", "D['k'].append(7)", "D['j'] = L",
+    "if flag:\n    L.append(8)", "if flag:\n    M.pop()", "obj.bump()", "x = sorted(S)",
+    "for s in S:\n    L.append(len(s))", "match [flag]:\n    case [q]:\n        L.append(1)",
+    "w = [v for v in L if v > 1]", "T[0].append(3)", "def g():\n    M.append(11)", "g()",
+    "c = {v: 1 for v in L}", "e = dict(D)", "e['k'].append(12)", "del M[0]", "L[:] = [0]",
+    "M += [13]", "tmp = D.get('k')", "tmp.append(14)", "r = repr(D)", "S.add('zz')",
+]
+QUERIES = ["llm_query(str(L))", "llm_query(str(M))", "llm_query(str(D))", "llm_query(str(T))",
+           "llm_query(str(a))", "llm_query(str(b))", "llm_query(str(sorted(S)))",
+           "llm_query(str(e))", "llm_query(str(c))", "llm_query(str(w))", "llm_query(r)"]
+
+
+def random_programs(seed: int, count: int):
+    import random
+    rng = random.Random(seed)
+    out = []
+    while len(out) < count:
+        parts = [rng.choice(SNIPPETS + QUERIES) for _ in range(rng.randint(2, 8))]
+        source = "\n".join(parts + [rng.choice(QUERIES)]) + "\n"
+        try:
+            real = real_calls(source, aliased_namespace())
+        except Exception:
+            continue        # the real run raises (a name not bound yet): not a case
+        out.append((source, real))
+    return out
+
+
+def stale_programs(programs) -> list:
+    """The programs whose shadow launched or bet (tail peeks before each statement)
+    on a call their real run never made."""
+    from spectool.segmenter import Segmenter, StatementClosed
+    found = []
+    for source, real in programs:
+        seg = Segmenter()
+        events = seg.feed("```repl\n" + source + "```\n") + seg.close()
+        statements = [e.source for e in events if isinstance(e, StatementClosed)]
+        host = RecordingHost()
+        interp = ShadowInterpreter(aliased_namespace(), TOOLS, host, Limits())
+        bets = []
+        for i, stmt in enumerate(statements):
+            bets += [b.args for b in interp.peek_tail("".join(statements[i:]))]
+            drive(interp, stmt, host)
+        bets += [args for _, args, _, _ in host.launches]
+        if [b for b in bets if b not in real]:
+            found.append(source)
+    return found
+
+
+PROGRAMS = random_programs(seed=12, count=400)
+
+
+def test_random_aliasing_programs_never_get_a_stale_bet():
+    assert stale_programs(PROGRAMS) == []
+
+
+def test_negative_control_random_programs_catch_a_stale_view(monkeypatch):
+    _no_poison(monkeypatch)
+    monkeypatch.setattr(expressions, "is_unordered", lambda v: False)
+    _no_text_guard(monkeypatch)
+    assert len(stale_programs(PROGRAMS)) > 10
+
+
+# a peek must never change the shadow's own state (it would then run the real statement
+# on top of the peek's change): mutators called as values or unbound
+PEEK_MUTATORS = [
+    "ys = [3, 1, 2]\nlist.append(ys, 5)\nllm_query(str(ys))\n",
+    "ys = [3, 1, 2]\nimport functools\nz = functools.reduce(list.append, [ys, 1])\n"
+    "llm_query(str(ys))\n",
+    "ys = [3, 1, 2]\nf = ys.append\nf(7)\nllm_query(str(ys))\n",
+    "d = {}\ndict.update(d, {'z': 1})\nllm_query(str(d))\n",
+]
+
+
+def peek_mutator_programs():
+    return [(source, real_calls(source, {})) for source in PEEK_MUTATORS]
+
+
+def test_peeks_never_change_shared_state_through_mutators_as_values():
+    assert stale_programs(peek_mutator_programs()) == []
+
+
+def test_negative_control_peek_mutators_unfenced_leave_stale_bets(monkeypatch):
+    monkeypatch.setattr(CallsMixin, "_peek_mutation", lambda self, raw, args: None)
+    assert len(stale_programs(peek_mutator_programs())) >= 3
