@@ -280,7 +280,7 @@ class _Recorder:
 
 def _tools(rec: _Recorder, extra: tuple[str, ...]) -> list[Any]:
     @tool(speculate="pure", name="llm_query")
-    async def llm_query(prompt: str) -> str:
+    async def llm_query(prompt: str, **kw: Any) -> str:   # kw: llm_batch(prompts, **kw)
         await rec.sleep_for("llm_query", repr(prompt))
         return _answer(prompt)
 
