@@ -191,6 +191,7 @@ class _Turn:
         self.stats = TurnStats()
         self.cells: list[Any] = []
         self.shadow: Any = None
+        self.store: Any = None
         self._pending_statements: list[tuple[str, Any]] = []
 
     async def run(self, stream: Any) -> TurnResult:
@@ -218,9 +219,10 @@ class _Turn:
                 variables = rt.executor.variables()
                 self.shadow = ShadowDriver(rt.tools, store, self.trace, rt.shadow_limits,
                                            _snapshot(variables))
+                self.store = store
                 for name, (source, tree, obj) in list(rt._defs.items()):
                     if variables.get(name) is obj:
-                        self.shadow.feed_statement(source, tree)
+                        self._feed(source, tree)
                     else:                       # re-bound since: forget it
                         del rt._defs[name]
                 if rt.mode == "spec":
@@ -242,7 +244,7 @@ class _Turn:
                 if rt.mode == "lazy":
                     for cell in self.cells:
                         for source, tree in cell[1]:
-                            self.shadow.feed_statement(source, tree)
+                            self._feed(source, tree)
                     self.shadow.finish()
                     tg.start_soon(self._run_shadow, shadow_scope)
                 t0 = self.trace.now()
@@ -286,7 +288,7 @@ class _Turn:
                 self.trace.add("statement", cell=ev.cell, index=ev.index, lineno=ev.lineno)
                 self._pending_statements.append((ev.source, getattr(ev, "tree", None)))
                 if spec:
-                    self.shadow.feed_statement(ev.source, getattr(ev, "tree", None))
+                    self._feed(ev.source, getattr(ev, "tree", None))
             elif isinstance(ev, TailChanged):
                 if spec:
                     self.shadow.feed_tail(ev.tail)
@@ -297,6 +299,11 @@ class _Turn:
                 self._pending_statements = []
                 if spec:
                     self.shadow.feed_tail("")
+
+    def _feed(self, source: str, tree: Any) -> None:
+        """A statement to the shadow; the store notes it for admission (in order)."""
+        self.shadow.feed_statement(source, tree)
+        self.store.note_statement(tree)
 
     def _remember_defs(self, results: list[CellResult]) -> None:
         """Top-level ``def`` statements (no decorators) of the cells that ran: kept
