@@ -62,8 +62,7 @@ Available in the REPL:
 {harness_tools}\
 {extra_tools}\
 - `answer`: a dict `{{"content": "", "ready": False}}`. To finish, set \
-`answer = {{"content": <your answer>, "ready": True}}`, or call `FINAL(text)`, or \
-`FINAL_VAR("variable_name")` to answer with a variable's value.
+`answer = {{"content": <your answer>, "ready": True}}`{finish}.
 
 Split the context into chunks, query the sub-model on the chunks, aggregate the \
 results in Python, and finish only when you are sure."""
@@ -256,8 +255,11 @@ class ReplAgent:
             extra += f"- `{getattr(tool, 'name', getattr(tool, '__name__', 'tool'))}`\n"
         system = self.system_prompt.format(
             context_chars=len(context), output_limit=self.output_limit, extra_tools=extra,
-            harness_tools=HARNESSES[self.harness].prompt.rstrip("\n").replace(
+            harness_tools=HARNESSES[self.harness].prompt.replace(
                 "- `llm_query(prompt: str) -> str`: ask a sub-model.\n", ""),
+            finish=("" if "FINAL" not in HARNESSES[self.harness].tools else
+                    ', or call `FINAL(text)`, or `FINAL_VAR("variable_name")` to answer '
+                    "with a variable's value"),
         )
         return [
             {"role": "system", "content": system},

@@ -120,6 +120,8 @@ def _register_replay(subparsers: Any) -> None:
                     help="model tokens per second when the log records none (default 50)")
     rp.add_argument("--latency", type=_positive_float, default=2.0,
                     help="seconds per sub-call when the log records none (default 2)")
+    rp.add_argument("--latency-per-ktok", type=float, default=0.0,
+                    help="latency model: extra seconds per 1000 prompt tokens (default 0)")
     rp.add_argument("--time-scale", type=_positive_float, default=1.0,
                     help="real seconds per log second (e.g. 0.1 replays 10x faster)")
     rp.add_argument("--context", type=Path, default=None,

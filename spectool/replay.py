@@ -37,7 +37,8 @@ every mode).
 
 Latency of a call: the recorded latencies of the turn, matched to the *baseline* run's
 calls in execution order per tool (a batched call's latency to each of its elements);
-calls beyond the record, and logs without latencies, take ``latency_s``. Every mode
+calls beyond the record, and logs without latencies, take the latency model
+``latency_s + latency_per_ktok * prompt_tokens / 1000`` (4 characters a token). Every mode
 sees the same latency for the same call (looked up by tool, arguments and occurrence).
 
 Lower bound (per turn): ``max(T_stream, max_c (t_site(c) + L_c))`` where ``t_site`` is
@@ -239,9 +240,10 @@ def _answer(prompt: Any) -> str:
 class _Latencies:
     """Latency per call, fixed by the baseline run's order, the same in every mode."""
 
-    def __init__(self, turn: ReplayTurn, default: float) -> None:
+    def __init__(self, turn: ReplayTurn, default: float, per_ktok: float = 0.0) -> None:
         self.recorded = {k: list(v) for k, v in turn.latencies.items()}
         self.default = default
+        self.per_ktok = per_ktok
         self.assigned: dict[tuple[str, str, int], float] = {}
         self.seen: dict[tuple[str, str], int] = {}
         self.baseline = True
@@ -252,7 +254,9 @@ class _Latencies:
         k = (tool_name, key, occ)
         if k not in self.assigned:
             queue = self.recorded.get(count_as or tool_name) if self.baseline else None
-            self.assigned[k] = queue.pop(0) if queue else self.default
+            # the latency model: a base plus a cost per 1000 prompt tokens (4 chars each)
+            model = self.default + self.per_ktok * len(key) / (CHARS_PER_TOKEN * 1000)
+            self.assigned[k] = queue.pop(0) if queue else model
         return self.assigned[k]
 
     def new_mode(self) -> None:
@@ -280,7 +284,7 @@ class _Recorder:
 
 def _tools(rec: _Recorder, extra: tuple[str, ...]) -> list[Any]:
     @tool(speculate="pure", name="llm_query")
-    async def llm_query(prompt: str) -> str:
+    async def llm_query(prompt: str, **kw: Any) -> str:   # kw: llm_batch(prompts, **kw)
         await rec.sleep_for("llm_query", repr(prompt))
         return _answer(prompt)
 
@@ -358,11 +362,14 @@ async def _warm_up(modes: tuple[str, ...], extra_tools: tuple[str, ...]) -> None
 
 
 async def replay(log: ReplayLog, *, tokens_per_s: float = 50.0, latency_s: float = 2.0,
-                 time_scale: float = 1.0, modes: tuple[str, ...] = MODES,
+                 latency_per_ktok: float = 0.0, time_scale: float = 1.0,
+                 modes: tuple[str, ...] = MODES,
                  extra_tools: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Replay every turn in every mode; the report (plain data, log seconds)."""
-    if tokens_per_s <= 0 or latency_s < 0 or time_scale <= 0:
-        raise ReplayError("need tokens_per_s > 0, latency_s >= 0 and time_scale > 0")
+    """Replay every turn in every mode; the report (plain data, log seconds).
+    Unrecorded calls take ``latency_s + latency_per_ktok * prompt_tokens / 1000``."""
+    if tokens_per_s <= 0 or latency_s < 0 or latency_per_ktok < 0 or time_scale <= 0:
+        raise ReplayError("need tokens_per_s > 0, latency_s >= 0, latency_per_ktok >= 0 "
+                          "and time_scale > 0")
     if "baseline" not in modes:
         modes = ("baseline",) + tuple(modes)
     bad = [m for m in modes if m not in MODES]
@@ -379,7 +386,7 @@ async def replay(log: ReplayLog, *, tokens_per_s: float = 50.0, latency_s: float
     try:
         for index, turn in enumerate(log.turns):
             rate = turn.tokens_per_s or tokens_per_s
-            lat = _Latencies(turn, latency_s)
+            lat = _Latencies(turn, latency_s, latency_per_ktok)
             row: dict[str, Any] = {"turn": index, "chars": len(turn.text), "modes": {}}
             base_out = None
             for m in modes:                      # baseline first: it fixes the latencies
@@ -437,7 +444,8 @@ async def replay(log: ReplayLog, *, tokens_per_s: float = 50.0, latency_s: float
                          "answers); the model's text streamed at the recorded/chosen rate",
             "format": log.format, "turns_replayed": len(turns),
             "tool_results_in_log": log.tool_results,
-            "tokens_per_s": tokens_per_s, "latency_s": latency_s, "time_scale": time_scale,
+            "tokens_per_s": tokens_per_s, "latency_s": latency_s,
+            "latency_per_ktok": latency_per_ktok, "time_scale": time_scale,
             "modes": list(modes), "turns": turns, "total": total}
 
 
@@ -522,6 +530,7 @@ def main(argv_args: Any) -> int:
     log = load_log(argv_args.log, context)
     report = anyio.run(lambda: replay(
         log, tokens_per_s=argv_args.rate, latency_s=argv_args.latency,
+        latency_per_ktok=argv_args.latency_per_ktok,
         time_scale=argv_args.time_scale, extra_tools=tuple(argv_args.tool or ())))
     print(format_table(report))
     if argv_args.out is not None:

@@ -216,6 +216,7 @@ class _Turn:
         self.stats = TurnStats()
         self.cells: list[Any] = []
         self.shadow: Any = None
+        self.store: Any = None
         self._pending_statements: list[tuple[str, Any]] = []
 
     async def run(self, stream: Any) -> TurnResult:
@@ -255,9 +256,10 @@ class _Turn:
                     tg.start_soon(_take_snapshot, snap)
                     self.shadow = ShadowDriver(rt.tools, store, self.trace, rt.shadow_limits,
                                                snap)
+                self.store = store
                 for name, (source, tree, obj) in list(rt._defs.items()):
                     if variables.get(name) is obj:
-                        self.shadow.feed_statement(source, tree)
+                        self._feed_statement(source, tree)
                     else:                       # re-bound since: forget it
                         del rt._defs[name]
                 if rt.mode == "spec":
@@ -279,7 +281,7 @@ class _Turn:
                 if rt.mode == "lazy":
                     for cell in self.cells:
                         for source, tree in cell[1]:
-                            self.shadow.feed_statement(source, tree)
+                            self._feed_statement(source, tree)
                     self.shadow.finish()
                     tg.start_soon(self._run_shadow, shadow_scope)
                 if snap is not None:    # the real run may now change the namespace
@@ -333,7 +335,7 @@ class _Turn:
                 self.trace.add("statement", cell=ev.cell, index=ev.index, lineno=ev.lineno)
                 self._pending_statements.append((ev.source, getattr(ev, "tree", None)))
                 if spec:
-                    self.shadow.feed_statement(ev.source, getattr(ev, "tree", None))
+                    self._feed_statement(ev.source, getattr(ev, "tree", None))
             elif isinstance(ev, TailChanged):
                 if spec:
                     self.shadow.feed_tail(ev.tail)
@@ -344,6 +346,11 @@ class _Turn:
                 self._pending_statements = []
                 if spec:
                     self.shadow.feed_tail("")
+
+    def _feed_statement(self, source: str, tree: Any) -> None:
+        """A statement to the shadow; the store notes it for admission (in order)."""
+        self.shadow.feed_statement(source, tree)
+        self.store.note_statement(tree)
 
     def _remember_defs(self, results: list[CellResult]) -> None:
         """Top-level ``def`` statements (no decorators) of the cells that ran: kept

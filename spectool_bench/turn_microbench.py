@@ -113,6 +113,21 @@ SCENARIOS = [
         "print(note[:40])\n```\n",
         [Call("llm_query(note)", deps=(i - 1,) if i else ()) for i in range(6)],
         server_alpha=0.5),
+    # the re-bound name is only part of the argument: the stale bet has a new key
+    Scenario(
+        "note + line x8, loaded",
+        "Classify each record, carrying a note from the previous answer.\n```repl\n"
+        'lines = context.split("\\n")\n'
+        'note = ""\n'
+        "labels = []\n"
+        "for line in lines:\n"
+        '    out = llm_query(note + "classify: " + line)\n'
+        "    labels.append(out)\n"
+        "    note = out[:16]\n"
+        "print(len(labels))\n```\n",
+        [Call('llm_query(note + "classify: " + line)', deps=(i - 1,) if i else ())
+         for i in range(8)],
+        {"context": CONTEXT}, server_alpha=0.5),
     Scenario(
         "loop over lines x8, loaded",
         "Classify each record, then count.\n```repl\n"

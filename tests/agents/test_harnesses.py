@@ -105,3 +105,12 @@ async def test_two_tool_calls_become_two_cells(anyio_backend):
 
     text = "".join([t async for t in cells_from_tool_calls(source())])
     assert text == "\n```python\na = 1\n```\n\n```python\nb = 2\n```\n"
+
+
+def test_system_prompt_lists_the_harness_tools_only():
+    def system(h):
+        return ReplAgent(ScriptedModel(["x"]), FunctionSubModel(label),
+                         harness=h)._messages("ctx", "q")[0]["content"]
+    v, r = system("verifiers"), system("rlm")
+    assert "llm_batch(" in v and "FINAL" not in v and "llm_query_batched" not in v
+    assert "llm_query_batched(" in r and "FINAL_VAR" in r and "llm_batch(" not in r

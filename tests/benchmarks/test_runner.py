@@ -175,3 +175,28 @@ def test_seeds_and_repeats(tmp_path):
         assert by_seed.setdefault(r["seed"], answers) == answers
     row = next(r for r in rep["summary"]["rows"] if r["mode"] == "spec")
     assert row["episodes"] == 8 and row["oracle_speedup"] is None  # oracle: concurrency 1 only
+
+
+def test_loaded_server_scenario_and_mix_table(report):
+    """The loaded-server rows run every mode with admission on and lazy/spec off; with
+    admission on, no mode sends the server more requests than the cell needs (at a
+    time scale where the server's contention is measurable). The mix table sums the
+    shapes of each mix that ran."""
+    import anyio
+
+    from spectool_bench.runner import run_loaded
+
+    rep, _ = report
+    assert "loaded server (SIMULATED server" in rep["table"]
+    assert {(r["mode"], r["admission"]) for r in rep["summary"]["loaded"]} == {
+        ("baseline", True), ("lazy", True), ("spec", True), ("lazy", False), ("spec", False)}
+    loaded = anyio.run(run_loaded, BenchConfig(**{**TINY, "time_scale": 0.03}))
+    for r in loaded:
+        if r["admission"]:
+            assert r["sent"] == r["needed"] == r["executions"] > 0, r
+        assert r["scores"] == loaded[0]["scores"]
+    mixes = {m["mix"]: m for m in rep["summary"]["mixes"]}
+    assert set(mixes) == {"loop-heavy", "batched"}
+    assert mixes["batched"]["shapes"] == ["batched", "pure_python"]
+    shape_b = {r["shape"]: r["baseline_s"] for r in rep["summary"]["shapes"]}
+    assert mixes["batched"]["baseline_s"] == pytest.approx(shape_b["batched"] + shape_b["pure_python"])

@@ -190,3 +190,43 @@ async def test_any_admission_decision_keeps_results_identical(anyio_backend, mes
         assert len(set(got)) == len(got)
         if p_launch == 0.0:
             assert res.stats.executions == base.stats.executions
+
+
+# -- names re-bound later in the loop body --------------------------------------------------
+
+def test_rebound_tools_finds_arguments_the_loop_rebinds_after_the_call():
+    import ast
+
+    from spectool.admission import rebound_tools
+    tool_of = {"q": "q", "qb": "q"}
+
+    def tools(src):
+        return rebound_tools(ast.parse(src), tool_of)
+    assert tools("for l in ls:\n    o = q(note + l)\n    note = o[:3]\n") == {"q"}
+    assert tools("for i in r:\n    o = q(p)\n    p = P + str(i)\n") == {"q"}
+    assert tools("for i in r:\n    o = qb([p])\n    p = 'x'\n") == {"q"}       # batched
+    assert tools("for i in r:\n    c = d[i]\n    o = q(P + c)\n") == frozenset()  # before
+    assert tools("for l in ls:\n    out.append(q(l))\n") == frozenset()      # loop target
+    assert tools("x = q(a)\n") == frozenset()
+
+
+NOTE = ("```repl\nnote = ''\nfor line in ['a', 'b', 'c', 'd', 'e']:\n"
+        "    out = q(note + 'classify ' + line)\n    note = out[:6]\nprint(note)\n```\n")
+
+
+@pytest.mark.anyio
+async def test_a_stale_binding_with_a_fresh_key_is_not_executed_in_lazy(anyio_backend):
+    """The re-bound name is only part of the argument, so the stale lookahead bet has a
+    key of its own (no duplicate); the name analysis still declines it."""
+    async def run(admission):
+        log: list[str] = []
+        async with spectool.Runtime([chain_tool(log)], mode="lazy", admission=admission) as rt:
+            with anyio.fail_after(30):
+                res = await rt.run(chunks(NOTE, 5))
+        return log, res
+    log, res = await run(True)
+    assert res.stats.executions == len(log) == 5 and res.stats.admission_declined > 0
+    assert any(e.data.get("klass") == "rebound" for e in res.trace.of("decline"))
+    log_off, res_off = await run(False)                  # negative control
+    assert res_off.stats.executions == len(log_off) > 5
+    assert res_off.stdout == res.stdout

@@ -56,6 +56,13 @@ def test_latency_is_fixed_by_the_baseline_order_and_shared_by_modes():
     lat.new_mode()                                  # another mode, another order
     assert lat.take("llm_query", "'b'") == 2.0 and lat.take("llm_query", "'a'") == 1.0
     assert lat.take("llm_query", "'z'") == 9.0      # a call the baseline never made
+    sized = _Latencies(ReplayTurn(""), default=1.0, per_ktok=2.0)
+    assert sized.take("llm_query", "x" * 4000) == pytest.approx(3.0)   # 1000 tokens
+
+
+def test_negative_latency_model_is_refused():
+    with pytest.raises(ReplayError, match="latency_per_ktok >= 0"):
+        anyio.run(lambda: replay(parse_log('{"text": "x"}'), latency_per_ktok=-1))
 
 
 @pytest.mark.anyio
