@@ -158,6 +158,9 @@ class ProcessShadowDriver(QueueDriver):
         except WorkerDied as exc:
             self.failed = True
             self._phase = "broken"
+            with anyio.move_on_after(1.0):     # its exit status, for the trace
+                while worker.proc.poll() is None:
+                    await anyio.sleep(0.005)
             self.trace.add("shadow_crashed", pid=worker.pid, error=str(exc),
                            exit=worker.describe_exit())
         except proto.ProtocolError as exc:
@@ -176,6 +179,8 @@ class ProcessShadowDriver(QueueDriver):
         """The turn ended while the worker computes: interrupt it (SIGUSR1 -> the
         interpreter's ``interrupt()``), decline its requests, and wait at most
         ``STOP_GRACE_SECONDS`` for its final reply; past that it stays busy (killed)."""
+        if not worker.ready:      # still starting: its handler may not be installed yet
+            return
         try:
             os.kill(worker.pid, signal.SIGUSR1)
         except OSError:

@@ -220,9 +220,9 @@ class _Decoder:
             return item
         if t is not list or not item or type(item[0]) is not int:
             raise ProtocolError("bad node")
-        if depth >= MAX_DEPTH:
-            raise ProtocolError("too deeply nested")
         code = item[0]
+        if depth >= MAX_DEPTH and code in (1, 2, 3):   # leaves may sit at MAX_DEPTH
+            raise ProtocolError("too deeply nested")
         if code == 0:
             if len(item) != 2 or type(item[1]) is not int or not 0 <= item[1] < len(self.slices):
                 raise ProtocolError("bad string reference")
