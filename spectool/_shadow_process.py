@@ -179,8 +179,6 @@ class ProcessShadowDriver(QueueDriver):
         """The turn ended while the worker computes: interrupt it (SIGUSR1 -> the
         interpreter's ``interrupt()``), decline its requests, and wait at most
         ``STOP_GRACE_SECONDS`` for its final reply; past that it stays busy (killed)."""
-        if not worker.ready:      # still starting: its handler may not be installed yet
-            return
         try:
             os.kill(worker.pid, signal.SIGUSR1)
         except OSError:
@@ -211,6 +209,14 @@ class ProcessShadowDriver(QueueDriver):
 
     async def _serve(self) -> None:
         from ._shadow_driver import tool_infos
+        worker = self._worker
+        assert worker is not None
+        if not worker.readied:
+            # a worker still starting gets no command until it says so: a turn that
+            # ends meanwhile leaves it clean, for the next lease to use
+            if proto.parse_reply(proto.decode_reply(await worker.read_frame())) != ("ready",):
+                raise proto.ProtocolError("a worker must first say it is ready")
+            worker.readied = True
         infos = tool_infos(self.tools)
         tools = tuple((i.name, i.speculate, i.batched_of) for i in infos.values())
         await self._send(("begin", tools, self.limits,

@@ -92,7 +92,7 @@ class WorkerProcess:
         self.sock = sock
         self.pid = proc.pid
         self.turns = 0
-        self.ready = False       # it has sent a frame (so it runs its signal handler)
+        self.readied = False     # its ("ready",) frame has been read: it serves commands
         self._buf = bytearray()
 
     @property
@@ -137,7 +137,6 @@ class WorkerProcess:
                     raise proto.ProtocolError(f"frame of {n} bytes announced")
                 end = proto.LENGTH.size + n
                 if len(buf) >= end:
-                    self.ready = True
                     payload = bytes(buf[proto.LENGTH.size:end])
                     del buf[:end]
                     return payload

@@ -33,6 +33,7 @@ str keys: exactly what ``keys.canonical`` accepts; anything else crosses as
     ("looking", bool)                           final: refresh finished
     ("bets", bets)                              final: a peek's bets
     ("error", text)                             final: the interpreter failed
+    ("ready",)                                  once, when the worker starts serving
 
     bet = (tool, args, kwargs)
 
@@ -298,7 +299,7 @@ def parse_reply(msg: object) -> tuple:
         if type(fields[0]) is not int or type(fields[1]) is not bool:
             raise ProtocolError("bad wait")
         return msg
-    if kind == "done" and n == 0:
+    if kind in ("done", "ready") and n == 0:
         return msg
     if kind == "looking" and n == 1 and type(fields[0]) is bool:
         return msg

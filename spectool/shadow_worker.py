@@ -15,7 +15,7 @@ serves one command at a time (:class:`Session`): a statement runs until it finis
 or waits on a handle; the interpreter's host calls (``launch``, ``observe``,
 ``lookahead_outcome``) become requests answered by the host's ``("reply", ...)``;
 ``lookahead`` is one-way. Replies are encoded with ``shadow_protocol.encode_reply``
-(plain data only). End of input (the host closed the channel or died) ends the process.
+(plain data only). Its first frame is ``("ready",)``. End of input (the host closed the channel or died) ends the process.
 """
 
 from __future__ import annotations
@@ -304,6 +304,7 @@ def main(config_json: str) -> None:
     confine(config)
     _SESSION.append(Session(Channel(sock)))
     try:
+        _SESSION[0].channel.write(proto.encode_reply(("ready",)))
         _SESSION[0].serve()
     except (_OutOfStep, OSError, EOFError):
         pass

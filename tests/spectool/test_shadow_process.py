@@ -377,6 +377,7 @@ async def test_a_hostile_worker_is_killed_and_the_turn_equals_baseline(anyio_bac
 
         async def hostile_worker():
             buf = bytearray()
+            pool.peer.send(proto.encode_reply(("ready",)))
             while True:
                 cmd = await _read_command(pool.peer, buf)
                 if cmd[0] == "statement":
