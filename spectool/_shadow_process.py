@@ -235,7 +235,7 @@ class ProcessShadowDriver(QueueDriver):
     async def _send(self, msg: tuple) -> None:
         assert self._worker is not None
         self._phase = "sending"
-        if self._names_out:
+        if self._names_out and msg[0] != "begin":   # "begin" starts an empty namespace
             names, self._names_out = self._names_out, {}
             self._copier.seal()
             await self._worker.send(proto.encode_command(("names", names)))

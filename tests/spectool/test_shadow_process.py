@@ -441,3 +441,27 @@ async def test_both_shadows_speculate_the_same_calls(anyio_backend, shadow):
 def test_shadow_kind_is_checked():
     with pytest.raises(ValueError, match="shadow must be one of"):
         spectool.Runtime([], shadow="fork")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("shadow", ["process", "thread"])
+async def test_lazy_shadow_sees_the_namespace(anyio_backend, shadow):
+    """In lazy mode every statement is fed before the shadow starts: the REPL variables
+    the cell names must still reach the worker (they once went out before "begin",
+    which starts an empty namespace, and the shadow saw none of them)."""
+    shadow_reached = anyio.Event()
+
+    @spectool.tool(speculate="pure")
+    async def q(x: int) -> int:
+        await shadow_reached.wait()        # the real call waits until the shadow has it
+        return x * 10
+
+    def on_event(event):
+        if event.kind in ("launch", "join") and event.data.get("tool") == "q":
+            shadow_reached.set()
+
+    rt = spectool.Runtime([q], mode="lazy", shadow=shadow, on_event=on_event,
+                          namespace={"k": [4, 5]})
+    with anyio.fail_after(60):
+        res = await rt.run(chunks(fenced("a = q(k[1])\nprint(a)\n")))
+    assert res.stdout == "50\n"
