@@ -22,8 +22,10 @@ Failure is contained to a missed speed-up: a worker that dies (crash, RLIMIT_AS,
 RLIMIT_CPU), sends a malformed or out-of-step message, or is still busy when the turn
 ends is killed (its pool starts a replacement); the turn goes on without speculation,
 and the real run, which never waits for the shadow, produces baseline's results. When
-every worker is leased the turn runs without speculation at once (trace event
-``shadow_unavailable``). No worker is left in an unknown state after its turn.
+every worker is leased the turn goes on without speculation (trace event
+``shadow_unavailable``); while its message still streams it tries again whenever the
+queue changes, and a worker freed meanwhile catches up on the queued statements
+(``shadow_late``). No worker is left in an unknown state after its turn.
 """
 
 from __future__ import annotations
@@ -143,11 +145,27 @@ class ProcessShadowDriver(QueueDriver):
             self._names_out[name] = self._copier.copy_name(ns[name])
 
     # -- the shadow task ----------------------------------------------------------------
-    async def run(self) -> None:
+    async def _lease(self) -> WorkerProcess | None:
+        """A worker now, or, while the message still streams, as soon as one is free
+        when the queue next changes (the shadow then catches up on the queue); None
+        once the stream has ended without one. The turn never waits for this."""
         worker = self.pool.lease()
+        if worker is not None:
+            return worker
+        self.trace.add("shadow_unavailable", reason="every shadow worker is leased")
+        while not self._closed and not (self._queue and self._queue[-1] is _END):
+            await self._arrived.wait()
+            self._arrived = anyio.Event()
+            worker = self.pool.lease()
+            if worker is not None:
+                self.trace.add("shadow_late", queued=len(self._queue))
+                return worker
+        return None
+
+    async def run(self) -> None:
+        worker = await self._lease()
         if worker is None:
             self.failed = True
-            self.trace.add("shadow_unavailable", reason="every shadow worker is leased")
             return
         self._worker = worker
         self.trace.add("shadow_worker", pid=worker.pid)

@@ -173,7 +173,7 @@ async def test_when_every_worker_is_leased_the_turn_runs_without_speculation(any
         assert results["b"].stdout == "20\n" and results["a"].stdout == "10\n"
         kinds = [e.kind for e in results["b"].trace.events]
         assert "shadow_unavailable" in kinds and results["b"].stats.dispatched == 0
-        assert pool.refused == 1 and pool.leased == 0
+        assert pool.refused >= 1 and pool.leased == 0
 
 
 def _children() -> set[int]:
@@ -465,3 +465,51 @@ async def test_lazy_shadow_sees_the_namespace(anyio_backend, shadow):
     with anyio.fail_after(60):
         res = await rt.run(chunks(fenced("a = q(k[1])\nprint(a)\n")))
     assert res.stdout == "50\n"
+
+
+@pytest.mark.anyio
+async def test_a_turn_without_a_worker_catches_up_when_one_is_freed(anyio_backend):
+    @spectool.tool(speculate="pure")
+    async def q(x: int) -> int:
+        return x * 10
+
+    b_refused, a_done, b_launched = anyio.Event(), anyio.Event(), anyio.Event()
+
+    def on_b(event):
+        if event.kind == "shadow_unavailable":
+            b_refused.set()
+        elif event.kind == "launch" and event.data.get("tool") == "q":
+            b_launched.set()
+
+    async def stream_a():
+        yield "```repl\na = q(1)\n"
+        await b_refused.wait()              # B asked while A held the only worker
+        yield "print(a)\n```\n"
+
+    async def stream_b():
+        yield "```repl\nx = 1\n"
+        await a_done.wait()                 # A's turn is over: its worker is free
+        yield "b = q(2)\n"
+        await b_launched.wait()             # B's shadow got the worker and caught up
+        yield "print(b + x)\n```\n"
+
+    with ShadowPool(1) as pool:
+        rt_a = spectool.Runtime([q], mode="spec", shadow_pool=pool)
+        rt_b = spectool.Runtime([q], mode="spec", shadow_pool=pool, on_event=on_b)
+        results = {}
+
+        async def turn_a():
+            results["a"] = await rt_a.run(stream_a())
+            a_done.set()
+
+        async def turn_b():
+            await anyio.sleep(0)
+            results["b"] = await rt_b.run(stream_b())
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(turn_a)
+                tg.start_soon(turn_b)
+        kinds = [e.kind for e in results["b"].trace.events]
+        assert "shadow_unavailable" in kinds and "shadow_late" in kinds
+        assert results["b"].stdout == "21\n" and results["b"].stats.hits == 1
