@@ -48,6 +48,7 @@ from .trace import Trace
 __all__ = ["ProcessShadowDriver"]
 
 _IDENT = re.compile(r"[^\W\d]\w*")
+_OVERLAP = 256     # characters of the previous tail rescanned (longer names: see feed_tail)
 # How long a turn that ends while its worker computes waits for the interrupt to take
 # effect (the interpreter checks every few thousand steps) before killing the worker.
 STOP_GRACE_SECONDS = 0.25
@@ -116,6 +117,7 @@ class ProcessShadowDriver(QueueDriver):
         self._max_items = (limits or Limits()).max_namespace_items
         self._copier = _turn_copier(self._max_items)
         self._sent: set[str] = set()
+        self._last_tail = ""
         self._names_out: dict[str, object] = {}
         self._handles: list[Any] = []
         self._worker: WorkerProcess | None = None
@@ -129,7 +131,15 @@ class ProcessShadowDriver(QueueDriver):
         super().feed_statement(source, tree)
 
     def feed_tail(self, tail: str) -> None:
-        self._snapshot_names(tail)
+        # a tail usually extends the previous one: scan only what is new (and enough
+        # before it to finish an identifier cut at the old end), so a long statement
+        # costs linear, not quadratic, scanning
+        last = self._last_tail
+        if last and tail.startswith(last):
+            self._snapshot_names(tail[max(0, len(last) - _OVERLAP):])
+        else:
+            self._snapshot_names(tail)
+        self._last_tail = tail
         super().feed_tail(tail)
 
     def _snapshot_names(self, text: str) -> None:

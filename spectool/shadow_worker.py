@@ -298,6 +298,7 @@ def main(config_json: str) -> None:
     signal.signal(signal.SIGUSR1, _on_interrupt)
     config = json.loads(config_json)
     # import everything the shadow may use before the limits make imports impossible
+    import _strptime  # noqa: F401  (datetime.strptime imports it on first use)
     import spectool.shadow  # noqa: F401
     from spectool.shadow import lookahead  # noqa: F401
     sock = socket.socket(fileno=0)
