@@ -90,12 +90,14 @@ def _proc_facts(pid: int) -> dict:
     with open(f"/proc/{pid}/status") as f:
         uid = int(next(line for line in f if line.startswith("Uid:")).split()[1])
     return {"as": limits["Max address space"][0], "nofile": limits["Max open files"][0],
+            "cpu": limits["Max cpu time"][0], "fsize": limits["Max file size"][0],
             "core": limits["Max core file size"][0], "nice": nice,
             "fds": sorted(int(fd) for fd in os.listdir(f"/proc/{pid}/fd")), "uid": uid}
 
 
 def _confined(facts: dict, memory: int) -> bool:
     return (facts["as"] == str(memory) and facts["nofile"] == "1" and facts["core"] == "0"
+            and facts["cpu"] != "unlimited" and facts["fsize"] == "0"
             and facts["fds"] == [0] and facts["nice"] > os.nice(0)
             and (os.geteuid() != 0 or facts["uid"] == 65534))
 
