@@ -67,9 +67,10 @@ __all__ = [
 ]
 
 LENGTH = struct.Struct(">I")          # frame length prefix
-MAX_REPLY_BYTES = 16 << 20            # one worker -> host frame
+MAX_REPLY_BYTES = 8 << 20             # one worker -> host frame (2x the store's
+                                      # default argument bytes in flight)
 MAX_HEADER_BYTES = 256 << 10          # its structure part
-MAX_NODES = 65_536                    # nodes in one reply
+MAX_NODES = 32_768                    # nodes in one reply
 MAX_DEPTH = 72                        # keys.MAX_DEPTH (64) + the message envelope
 MAX_COMMAND_BYTES = 1 << 30           # one host -> worker frame (namespace snapshots)
 MAX_INT_DIGITS = 1_300                # ~4300 bits; larger ints cross as NOT_PLAIN
@@ -194,7 +195,7 @@ def decode_reply(payload: bytes) -> object:
         raise ProtocolError("too many nodes")
     try:
         top = json.loads(header, parse_int=_bounded_int)
-        text = bytes(payload[LENGTH.size + hlen:]).decode("utf-8", "surrogatepass")
+        text = str(memoryview(payload)[LENGTH.size + hlen:], "utf-8", "surrogatepass")
     except ProtocolError:
         raise
     except (ValueError, RecursionError) as exc:
@@ -204,10 +205,13 @@ def decode_reply(payload: bytes) -> object:
     lengths = top[1]
     if any(type(n) is not int or n < 0 for n in lengths) or sum(lengths) != len(text):
         raise ProtocolError("bad text slices")
-    slices, pos = [], 0
-    for n in lengths:
-        slices.append(text[pos:pos + n])
-        pos += n
+    if len(lengths) == 1:
+        slices = [text]                      # no copy of the usual one long argument
+    else:
+        slices, pos = [], 0
+        for n in lengths:
+            slices.append(text[pos:pos + n])
+            pos += n
     return _Decoder(slices).node(top[0], 0)
 
 

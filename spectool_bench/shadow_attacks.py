@@ -1,6 +1,7 @@
 """What the shadow's process boundary buys and costs, measured.
 
     python -m spectool_bench.shadow_attacks stalls      # host loop stall per attack class
+    python -m spectool_bench.shadow_attacks decode      # worst-case reply decoding
     python -m spectool_bench.shadow_attacks micro       # turn_microbench, thread vs process
     python -m spectool_bench.shadow_attacks throughput  # shadow_throughput's cells, both
     python -m spectool_bench.shadow_attacks scale       # 64 concurrent spec turns
@@ -144,6 +145,42 @@ def print_stalls(rows: list[dict]) -> None:
                           f"{r['base_t_exec_s']:.3f}", f"{r['host_cpu_s']:.2f}",
                           f"{r['cpu_after_turn_s']:.2f}", f"{r['rss_growth_mb']:.0f}",
                           ",".join(r["shadow_events"]) or "-"]))
+
+
+def decode_costs(repeat: int = 5) -> None:
+    """What the largest replies a hostile worker may send cost the host to decode (or
+    reject): the decoder runs on the event loop, so this bounds its stall."""
+    from spectool import shadow_protocol as proto
+    n = proto.MAX_NODES - 8
+    nodes = proto.LENGTH.pack(0)  # placeholder, replaced below
+    header = b"[[1," + b"[4]," * (n // 2) + b"0],[]]"
+    nodes = proto.LENGTH.pack(len(header)) + header
+    text = "x" * (proto.MAX_REPLY_BYTES - 64)
+    big = proto.encode_reply(("bets", [("q", (text,), {})]))[4:]
+    deep = proto.encode_reply(("bets", [("q", (_nested(60),), {})]))[4:]
+    too_many = proto.LENGTH.pack(len(header) + 400) + header[:-6] + b"0," * 200 + b"0],[]]"
+    cases = {"max nodes (accepted)": nodes, "8 MiB string (accepted)": big,
+             "depth 64 (accepted)": deep, "too many nodes (rejected)": too_many,
+             "pickle (rejected)": b"\x80\x05" + b"x" * 1000}
+    print("decoding a worker's reply on the host (worst cases; best of "
+          f"{repeat}; python -m spectool_bench.shadow_attacks decode)")
+    for name, payload in cases.items():
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.perf_counter()
+            try:
+                proto.parse_reply(proto.decode_reply(payload))
+            except proto.ProtocolError:
+                pass
+            best = min(best, time.perf_counter() - t)
+        print(f"  {name:<28} {len(payload) / 1e6:>6.2f} MB  {best * 1000:>7.2f} ms")
+
+
+def _nested(depth: int) -> list:
+    value: list = [1]
+    for _ in range(depth):
+        value = [value]
+    return value
 
 
 # ---------------------------------------------------------------- micro-benchmark
@@ -332,7 +369,7 @@ def scale() -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", nargs="?", default="all",
-                    choices=["stalls", "micro", "throughput", "scale", "all"])
+                    choices=["stalls", "decode", "micro", "throughput", "scale", "all"])
     ap.add_argument("--child", nargs=2, metavar=("SHADOW", "ATTACK"), help=argparse.SUPPRESS)
     ap.add_argument("--scale-child", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=2, help="micro: rounds per shadow")
@@ -348,6 +385,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})")
     if args.what in ("stalls", "all"):
         print_stalls(stalls())
+    if args.what in ("decode", "all"):
+        decode_costs()
     if args.what in ("micro", "all"):
         micro(args.rounds)
     if args.what in ("throughput", "all"):
