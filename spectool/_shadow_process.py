@@ -30,6 +30,7 @@ queue changes, and a worker freed meanwhile catches up on the queued statements
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -247,8 +248,11 @@ class ProcessShadowDriver(QueueDriver):
             worker.readied = True
         infos = tool_infos(self.tools)
         tools = tuple((i.name, i.speculate, i.batched_of) for i in infos.values())
-        await self._send(("begin", tools, self.limits,
-                          self.pool.limits.cpu_seconds_per_turn))
+        # Limits cross as a plain dict of its fields (a subclass from user code would
+        # not unpickle in the worker, which imports no user module)
+        limits = None if self.limits is None else {
+            f.name: getattr(self.limits, f.name) for f in dataclasses.fields(self.limits)}
+        await self._send(("begin", tools, limits, self.pool.limits.cpu_seconds_per_turn))
         while (item := await self._next()) is not _END:
             if self.failed:
                 continue

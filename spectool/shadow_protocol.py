@@ -8,7 +8,8 @@ Host -> worker (*commands*; the worker trusts its host): pickled tuples of plain
 built by the host itself (``PlainCopier`` copies and sanitised exceptions), so pickling
 them runs no user code::
 
-    ("begin", tools, limits, cpu_seconds)   new interpreter for one turn
+    ("begin", tools, limits, cpu_seconds)   new interpreter for one turn (limits: the
+                                           fields of a shadow ``Limits``, or None)
     ("names", {name: value})               REPL variables the cell mentions (snapshot)
     ("statement", source)                  run one closed statement
     ("resume", value, error)               the outcome of the call the statement waits on

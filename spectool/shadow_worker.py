@@ -209,13 +209,13 @@ class Session:
         return proto.encode_reply(("wait", request.handle.hid,
                                    bool(lookahead.active(self.interp))))
 
-    def _begin(self, tools: tuple, limits: Any, cpu_seconds: float | None) -> None:
-        from .shadow import ShadowInterpreter, ToolInfo
+    def _begin(self, tools: tuple, limits: dict | None, cpu_seconds: float | None) -> None:
+        from .shadow import Limits, ShadowInterpreter, ToolInfo
         self._end()
         _arm_cpu(cpu_seconds)
         infos = {name: ToolInfo(name=name, speculate=speculate, batched_of=batched_of)
                  for name, speculate, batched_of in tools}
-        kwargs = {} if limits is None else {"limits": limits}
+        kwargs = {} if limits is None else {"limits": Limits(**limits)}
         self.namespace = {}
         self.interp = ShadowInterpreter(self.namespace, infos, _Host(self), **kwargs)
 
@@ -265,8 +265,11 @@ def confine(config: dict) -> None:
         os.nice(nice)
     # only the channel (fd 0) stays open; then no new descriptor can be made
     sys.stdout = sys.stderr = None  # type: ignore[assignment]
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
+    try:
+        open_fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:          # no /proc: close the whole range
+        open_fds = list(range(1, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+    for fd in open_fds:
         if fd != 0:
             try:
                 os.close(fd)
