@@ -515,3 +515,28 @@ async def test_a_turn_without_a_worker_catches_up_when_one_is_freed(anyio_backen
         kinds = [e.kind for e in results["b"].trace.events]
         assert "shadow_unavailable" in kinds and "shadow_late" in kinds
         assert results["b"].stdout == "21\n" and results["b"].stats.hits == 1
+
+
+@pytest.mark.anyio
+async def test_a_worker_past_its_cpu_budget_is_ended_by_the_kernel(anyio_backend):
+    """RLIMIT_CPU (re-armed per turn) ends a worker stuck in one C call even while
+    its turn goes on; the turn then continues without speculation."""
+    crashed = anyio.Event()
+    exits = []
+
+    def on_event(event):
+        if event.kind == "shadow_crashed":
+            exits.append(event.data["exit"])
+            crashed.set()
+
+    async def stream():
+        yield "```repl\na = 7 ** 9999\nb = 10 ** 9999\nx = pow(a, b, b + 7)\n"
+        await crashed.wait()
+        yield "broken = (\n```\n"
+
+    with ShadowPool(1, ShadowWorkerLimits(cpu_seconds_per_turn=1.0)) as pool:
+        rt = spectool.Runtime([], mode="spec", shadow_pool=pool, on_event=on_event)
+        with anyio.fail_after(120):
+            res = await rt.run(stream())
+        assert isinstance(res.error, SyntaxError) and res.namespace == {}
+        assert exits == ["signal 24"]          # SIGXCPU
