@@ -22,12 +22,15 @@ Failure is contained to a missed speed-up: a worker that dies (crash, RLIMIT_AS,
 RLIMIT_CPU), sends a malformed or out-of-step message, or is still busy when the turn
 ends is killed (its pool starts a replacement); the turn goes on without speculation,
 and the real run, which never waits for the shadow, produces baseline's results. When
-every worker is leased the turn runs without speculation at once (trace event
-``shadow_unavailable``). No worker is left in an unknown state after its turn.
+every worker is leased the turn goes on without speculation (trace event
+``shadow_unavailable``); while its message still streams it tries again whenever the
+queue changes, and a worker freed meanwhile catches up on the queued statements
+(``shadow_late``). No worker is left in an unknown state after its turn.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -46,6 +49,7 @@ from .trace import Trace
 __all__ = ["ProcessShadowDriver"]
 
 _IDENT = re.compile(r"[^\W\d]\w*")
+_OVERLAP = 256     # characters of the previous tail rescanned (longer names: see feed_tail)
 # How long a turn that ends while its worker computes waits for the interrupt to take
 # effect (the interpreter checks every few thousand steps) before killing the worker.
 STOP_GRACE_SECONDS = 0.25
@@ -114,6 +118,7 @@ class ProcessShadowDriver(QueueDriver):
         self._max_items = (limits or Limits()).max_namespace_items
         self._copier = _turn_copier(self._max_items)
         self._sent: set[str] = set()
+        self._last_tail = ""
         self._names_out: dict[str, object] = {}
         self._handles: list[Any] = []
         self._worker: WorkerProcess | None = None
@@ -127,7 +132,15 @@ class ProcessShadowDriver(QueueDriver):
         super().feed_statement(source, tree)
 
     def feed_tail(self, tail: str) -> None:
-        self._snapshot_names(tail)
+        # a tail usually extends the previous one: scan only what is new (and enough
+        # before it to finish an identifier cut at the old end), so a long statement
+        # costs linear, not quadratic, scanning
+        last = self._last_tail
+        if last and tail.startswith(last):
+            self._snapshot_names(tail[max(0, len(last) - _OVERLAP):])
+        else:
+            self._snapshot_names(tail)
+        self._last_tail = tail
         super().feed_tail(tail)
 
     def _snapshot_names(self, text: str) -> None:
@@ -143,11 +156,27 @@ class ProcessShadowDriver(QueueDriver):
             self._names_out[name] = self._copier.copy_name(ns[name])
 
     # -- the shadow task ----------------------------------------------------------------
-    async def run(self) -> None:
+    async def _lease(self) -> WorkerProcess | None:
+        """A worker now, or, while the message still streams, as soon as one is free
+        when the queue next changes (the shadow then catches up on the queue); None
+        once the stream has ended without one. The turn never waits for this."""
         worker = self.pool.lease()
+        if worker is not None:
+            return worker
+        self.trace.add("shadow_unavailable", reason="every shadow worker is leased")
+        while not self._closed and not (self._queue and self._queue[-1] is _END):
+            await self._arrived.wait()
+            self._arrived = anyio.Event()
+            worker = self.pool.lease()
+            if worker is not None:
+                self.trace.add("shadow_late", queued=len(self._queue))
+                return worker
+        return None
+
+    async def run(self) -> None:
+        worker = await self._lease()
         if worker is None:
             self.failed = True
-            self.trace.add("shadow_unavailable", reason="every shadow worker is leased")
             return
         self._worker = worker
         self.trace.add("shadow_worker", pid=worker.pid)
@@ -158,6 +187,9 @@ class ProcessShadowDriver(QueueDriver):
         except WorkerDied as exc:
             self.failed = True
             self._phase = "broken"
+            with anyio.move_on_after(1.0):     # its exit status, for the trace
+                while worker.proc.poll() is None:
+                    await anyio.sleep(0.005)
             self.trace.add("shadow_crashed", pid=worker.pid, error=str(exc),
                            exit=worker.describe_exit())
         except proto.ProtocolError as exc:
@@ -206,10 +238,21 @@ class ProcessShadowDriver(QueueDriver):
 
     async def _serve(self) -> None:
         from ._shadow_driver import tool_infos
+        worker = self._worker
+        assert worker is not None
+        if not worker.readied:
+            # a worker still starting gets no command until it says so: a turn that
+            # ends meanwhile leaves it clean, for the next lease to use
+            if proto.parse_reply(proto.decode_reply(await worker.read_frame())) != ("ready",):
+                raise proto.ProtocolError("a worker must first say it is ready")
+            worker.readied = True
         infos = tool_infos(self.tools)
         tools = tuple((i.name, i.speculate, i.batched_of) for i in infos.values())
-        await self._send(("begin", tools, self.limits,
-                          self.pool.limits.cpu_seconds_per_turn))
+        # Limits cross as a plain dict of its fields (a subclass from user code would
+        # not unpickle in the worker, which imports no user module)
+        limits = None if self.limits is None else {
+            f.name: getattr(self.limits, f.name) for f in dataclasses.fields(self.limits)}
+        await self._send(("begin", tools, limits, self.pool.limits.cpu_seconds_per_turn))
         while (item := await self._next()) is not _END:
             if self.failed:
                 continue
@@ -224,7 +267,7 @@ class ProcessShadowDriver(QueueDriver):
     async def _send(self, msg: tuple) -> None:
         assert self._worker is not None
         self._phase = "sending"
-        if self._names_out:
+        if self._names_out and msg[0] != "begin":   # "begin" starts an empty namespace
             names, self._names_out = self._names_out, {}
             self._copier.seal()
             await self._worker.send(proto.encode_command(("names", names)))

@@ -92,6 +92,7 @@ class WorkerProcess:
         self.sock = sock
         self.pid = proc.pid
         self.turns = 0
+        self.readied = False     # its ("ready",) frame has been read: it serves commands
         self._buf = bytearray()
 
     @property

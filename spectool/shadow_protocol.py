@@ -8,7 +8,8 @@ Host -> worker (*commands*; the worker trusts its host): pickled tuples of plain
 built by the host itself (``PlainCopier`` copies and sanitised exceptions), so pickling
 them runs no user code::
 
-    ("begin", tools, limits, cpu_seconds)   new interpreter for one turn
+    ("begin", tools, limits, cpu_seconds)   new interpreter for one turn (limits: the
+                                           fields of a shadow ``Limits``, or None)
     ("names", {name: value})               REPL variables the cell mentions (snapshot)
     ("statement", source)                  run one closed statement
     ("resume", value, error)               the outcome of the call the statement waits on
@@ -33,6 +34,7 @@ str keys: exactly what ``keys.canonical`` accepts; anything else crosses as
     ("looking", bool)                           final: refresh finished
     ("bets", bets)                              final: a peek's bets
     ("error", text)                             final: the interpreter failed
+    ("ready",)                                  once, when the worker starts serving
 
     bet = (tool, args, kwargs)
 
@@ -66,9 +68,10 @@ __all__ = [
 ]
 
 LENGTH = struct.Struct(">I")          # frame length prefix
-MAX_REPLY_BYTES = 16 << 20            # one worker -> host frame
+MAX_REPLY_BYTES = 8 << 20             # one worker -> host frame (2x the store's
+                                      # default argument bytes in flight)
 MAX_HEADER_BYTES = 256 << 10          # its structure part
-MAX_NODES = 65_536                    # nodes in one reply
+MAX_NODES = 32_768                    # nodes in one reply
 MAX_DEPTH = 72                        # keys.MAX_DEPTH (64) + the message envelope
 MAX_COMMAND_BYTES = 1 << 30           # one host -> worker frame (namespace snapshots)
 MAX_INT_DIGITS = 1_300                # ~4300 bits; larger ints cross as NOT_PLAIN
@@ -193,7 +196,7 @@ def decode_reply(payload: bytes) -> object:
         raise ProtocolError("too many nodes")
     try:
         top = json.loads(header, parse_int=_bounded_int)
-        text = bytes(payload[LENGTH.size + hlen:]).decode("utf-8", "surrogatepass")
+        text = str(memoryview(payload)[LENGTH.size + hlen:], "utf-8", "surrogatepass")
     except ProtocolError:
         raise
     except (ValueError, RecursionError) as exc:
@@ -203,10 +206,13 @@ def decode_reply(payload: bytes) -> object:
     lengths = top[1]
     if any(type(n) is not int or n < 0 for n in lengths) or sum(lengths) != len(text):
         raise ProtocolError("bad text slices")
-    slices, pos = [], 0
-    for n in lengths:
-        slices.append(text[pos:pos + n])
-        pos += n
+    if len(lengths) == 1:
+        slices = [text]                      # no copy of the usual one long argument
+    else:
+        slices, pos = [], 0
+        for n in lengths:
+            slices.append(text[pos:pos + n])
+            pos += n
     return _Decoder(slices).node(top[0], 0)
 
 
@@ -220,9 +226,9 @@ class _Decoder:
             return item
         if t is not list or not item or type(item[0]) is not int:
             raise ProtocolError("bad node")
-        if depth >= MAX_DEPTH:
-            raise ProtocolError("too deeply nested")
         code = item[0]
+        if depth >= MAX_DEPTH and code in (1, 2, 3):   # leaves may sit at MAX_DEPTH
+            raise ProtocolError("too deeply nested")
         if code == 0:
             if len(item) != 2 or type(item[1]) is not int or not 0 <= item[1] < len(self.slices):
                 raise ProtocolError("bad string reference")
@@ -298,7 +304,7 @@ def parse_reply(msg: object) -> tuple:
         if type(fields[0]) is not int or type(fields[1]) is not bool:
             raise ProtocolError("bad wait")
         return msg
-    if kind == "done" and n == 0:
+    if kind in ("done", "ready") and n == 0:
         return msg
     if kind == "looking" and n == 1 and type(fields[0]) is bool:
         return msg

@@ -15,7 +15,7 @@ serves one command at a time (:class:`Session`): a statement runs until it finis
 or waits on a handle; the interpreter's host calls (``launch``, ``observe``,
 ``lookahead_outcome``) become requests answered by the host's ``("reply", ...)``;
 ``lookahead`` is one-way. Replies are encoded with ``shadow_protocol.encode_reply``
-(plain data only). End of input (the host closed the channel or died) ends the process.
+(plain data only). Its first frame is ``("ready",)``. End of input (the host closed the channel or died) ends the process.
 """
 
 from __future__ import annotations
@@ -209,13 +209,13 @@ class Session:
         return proto.encode_reply(("wait", request.handle.hid,
                                    bool(lookahead.active(self.interp))))
 
-    def _begin(self, tools: tuple, limits: Any, cpu_seconds: float | None) -> None:
-        from .shadow import ShadowInterpreter, ToolInfo
+    def _begin(self, tools: tuple, limits: dict | None, cpu_seconds: float | None) -> None:
+        from .shadow import Limits, ShadowInterpreter, ToolInfo
         self._end()
         _arm_cpu(cpu_seconds)
         infos = {name: ToolInfo(name=name, speculate=speculate, batched_of=batched_of)
                  for name, speculate, batched_of in tools}
-        kwargs = {} if limits is None else {"limits": limits}
+        kwargs = {} if limits is None else {"limits": Limits(**limits)}
         self.namespace = {}
         self.interp = ShadowInterpreter(self.namespace, infos, _Host(self), **kwargs)
 
@@ -265,8 +265,11 @@ def confine(config: dict) -> None:
         os.nice(nice)
     # only the channel (fd 0) stays open; then no new descriptor can be made
     sys.stdout = sys.stderr = None  # type: ignore[assignment]
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
+    try:
+        open_fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:          # no /proc: close the whole range
+        open_fds = list(range(1, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+    for fd in open_fds:
         if fd != 0:
             try:
                 os.close(fd)
@@ -298,12 +301,14 @@ def main(config_json: str) -> None:
     signal.signal(signal.SIGUSR1, _on_interrupt)
     config = json.loads(config_json)
     # import everything the shadow may use before the limits make imports impossible
+    import _strptime  # noqa: F401  (datetime.strptime imports it on first use)
     import spectool.shadow  # noqa: F401
     from spectool.shadow import lookahead  # noqa: F401
     sock = socket.socket(fileno=0)
     confine(config)
     _SESSION.append(Session(Channel(sock)))
     try:
+        _SESSION[0].channel.write(proto.encode_reply(("ready",)))
         _SESSION[0].serve()
     except (_OutOfStep, OSError, EOFError):
         pass

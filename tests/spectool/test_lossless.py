@@ -271,9 +271,10 @@ def splits(text: str, sizes: list[int], pace: float = 0.0):
 # -- the property ---------------------------------------------------------------------
 
 async def run_mode(mode: str, message: str, sizes: list[int], latencies: dict[int, float],
-                   pace: float = 0.0, executor: str = "inprocess"):
+                   pace: float = 0.0, executor: str = "inprocess", shadow: str = "process"):
     world = World(latencies)
-    async with spectool.Runtime(world.tools, mode=mode, executor=executor) as rt:
+    async with spectool.Runtime(world.tools, mode=mode, executor=executor,
+                                shadow=shadow) as rt:
         with anyio.fail_after(30):
             res = await rt.run(splits(message, sizes, pace))
     return world, res
@@ -312,12 +313,13 @@ def describe(error):
 
 
 async def check_lossless(message: str, sizes: list[int], latencies: dict[int, float],
-                         pace: float = 0.0, executor: str = "inprocess") -> dict:
+                         pace: float = 0.0, executor: str = "inprocess",
+                         shadow: str = "process") -> dict:
     base_world, base = await run_mode("baseline", message, sizes, latencies, pace, executor)
     assert base.stats.dispatched == 0
     stats_by_mode = {}
     for mode in ("lazy", "spec"):
-        world, res = await run_mode(mode, message, sizes, latencies, pace, executor)
+        world, res = await run_mode(mode, message, sizes, latencies, pace, executor, shadow)
         stats_by_mode[mode] = res.stats
         stats_by_mode[f"{mode}_observed"] = len(res.trace.of("observe"))
         assert plain_namespace(res.namespace) == plain_namespace(base.namespace), mode
@@ -357,7 +359,24 @@ SEEN = {"examples": 0, "spec_hits": 0, "lazy_hits": 0, "observed": 0, "idempoten
                  "v2 = o([3, 1])\nbroken = (\n```\n",
          sizes=[3], latencies={}, pace=0.002)
 async def test_spec_and_lazy_are_lossless(anyio_backend, message, sizes, latencies, pace):
-    stats = await check_lossless(message, sizes, latencies, pace)
+    stats = await check_lossless(message, sizes, latencies, pace)   # shadow="process"
+    SEEN["examples"] += 1
+    SEEN["spec_hits"] += stats["spec"].hits
+    SEEN["lazy_hits"] += stats["lazy"].hits
+    SEEN["observed"] += stats["spec_observed"] + stats["lazy_observed"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(message=programs(),
+       sizes=st.lists(st.integers(1, 40), min_size=1, max_size=6),
+       latencies=st.dictionaries(st.integers(0, 6), st.sampled_from(LATENCIES), max_size=7),
+       pace=st.sampled_from([0.0, 0.0005, 0.002]))
+async def test_spec_and_lazy_are_lossless_with_the_in_process_shadow(anyio_backend, message,
+                                                                    sizes, latencies, pace):
+    stats = await check_lossless(message, sizes, latencies, pace, shadow="thread")
     SEEN["examples"] += 1
     SEEN["spec_hits"] += stats["spec"].hits
     SEEN["lazy_hits"] += stats["lazy"].hits

@@ -5,7 +5,8 @@ call back into an event loop that no longer serves callbacks and block forever;
 anyio's worker threads are not daemons, so the process then never exits (this kept
 a finished CI run alive until it timed out). The runtime now stops the thread and
 waits for it before the turn returns: these tests look at every thread's stack right
-after the turn.
+after the turn. (These pin the in-process shadow, ``shadow="thread"``; the worker
+process's equivalent is in test_shadow_process.py.)
 """
 
 import sys
@@ -40,7 +41,7 @@ def threads_running(fragment: str) -> list[str]:
 
 @pytest.mark.anyio
 async def test_shadow_step_running_at_turn_end_stops_before_the_turn_returns(anyio_backend):
-    rt = spectool.Runtime([], mode="spec", limits=PATIENT)
+    rt = spectool.Runtime([], mode="spec", limits=PATIENT, shadow="thread")
     res = await rt.run(chunks(fenced(SLOW_LOOP), 16))
     assert res.error is None and res.stdout == f"{sum(i % 7 for i in range(400_000))}\n"
     # the shadow really was still inside the loop when the real run finished
@@ -50,7 +51,7 @@ async def test_shadow_step_running_at_turn_end_stops_before_the_turn_returns(any
 
 @pytest.mark.anyio
 async def test_lazy_shadow_cancelled_with_its_turn_leaves_no_thread(anyio_backend):
-    rt = spectool.Runtime([], mode="lazy", limits=PATIENT)
+    rt = spectool.Runtime([], mode="lazy", limits=PATIENT, shadow="thread")
     res = await rt.run(chunks(fenced(SLOW_LOOP), 16))
     assert res.error is None
     assert threads_running("spectool/shadow/") == []

@@ -1,0 +1,399 @@
+"""What the shadow's process boundary buys and costs, measured.
+
+    python -m spectool_bench.shadow_attacks stalls      # host loop stall per attack class
+    python -m spectool_bench.shadow_attacks decode      # worst-case reply decoding
+    python -m spectool_bench.shadow_attacks micro       # turn_microbench, thread vs process
+    python -m spectool_bench.shadow_attacks throughput  # shadow_throughput's cells, both
+    python -m spectool_bench.shadow_attacks scale       # 64 concurrent spec turns
+    python -m spectool_bench.shadow_attacks all
+
+``stalls``: every (shadow, attack) pair runs in a throwaway host process (a crash or a
+freeze of the in-process shadow takes that host down, not this one). The host streams
+the attack cell at 100 tokens/s (simulated model), then 1.5 s of prose, so the shadow
+works on the attack while the message streams; a ticker task measures the event
+loop's longest stall (the largest lateness of a 1 ms sleep) over the whole turn. The
+cells never parse (the real run does nothing), except ``contention``, a compute-heavy
+cell that runs for real: there the real run's time is compared with ``baseline``.
+
+``micro`` runs ``spectool_bench.turn_microbench --quick`` unchanged, alternately with
+``SPECTOOL_SHADOW=thread`` and ``=process``. ``throughput`` feeds the cells of
+``spectool_bench.shadow_throughput`` to the in-process interpreter (that module's own
+``run_once``) and to a worker process over the real protocol, interleaved. ``scale``
+runs N concurrent spec turns in one process (the micro-benchmark's "independent x4"
+scenario at --quick speed: simulated tools and stream) for both shadows and pool sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import anyio
+
+ATTACKS = {
+    "crash": "t = ()\nfor i in range(300000):\n    t = (t,)\nh = hash(t)\nbroken = (\n",
+    "freeze": "a = 7 ** 9999\nb = 10 ** 9999\nx = pow(a, b, b + 7)\nbroken = (\n",
+    "memory": "x = 'a' * 50_000_000\nys = [x + str(i) for i in range(6)]\n"
+              "zs = [x + str(i) for i in range(6)]\nbroken = (\n",
+    # Python-level stdlib code the interrupt cannot stop (runs ~3 s in one call)
+    "outlive": "import textwrap\nw = textwrap.wrap('ab ' * 3_000_000, 5)\nbroken = (\n",
+    "contention": "total = 0\nfor i in range(200_000):\n    total += (i * i) % 7\nprint(total)\n",
+    "none": "x = 1\nbroken = (\n",
+}
+PROSE = "Now let me think about what this shows. " * 15       # ~1.5 s at 100 tok/s
+
+
+# ---------------------------------------------------------------- child: one turn
+async def _child(shadow: str, attack: str) -> dict:
+    import spectool
+    from spectool.shadow_pool import ShadowPool
+
+    pool = ShadowPool(1) if shadow == "process" else None
+    message = f"Let me try.\n```repl\n{ATTACKS[attack]}```\n{PROSE}"
+
+    async def stream():
+        for i in range(0, len(message), 4):             # 4 chars/token, 100 tokens/s
+            yield message[i:i + 4]
+            await anyio.sleep(0.01)
+
+    stall = [0.0]
+    done = anyio.Event()
+
+    async def ticker():
+        while not done.is_set():
+            t = time.perf_counter()
+            await anyio.sleep(0.001)
+            stall[0] = max(stall[0], time.perf_counter() - t - 0.001)
+
+    out: dict = {}
+    try:
+        if pool is not None:      # a warm worker, as in a long-running host
+            await spectool.Runtime([], mode="spec", shadow_pool=pool).run_cell("x = 1")
+            with anyio.fail_after(10):
+                while not any(w.readied for w in pool._idle):
+                    await spectool.Runtime([], mode="spec", shadow_pool=pool).run_cell("x = 1")
+        base = await spectool.Runtime([], mode="baseline").run(stream())
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        cpu0 = time.process_time()
+        t0 = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            res = await spectool.Runtime([], mode="spec", shadow=shadow,
+                                         shadow_pool=pool).run(stream())
+            wall = time.perf_counter() - t0
+            cpu = time.process_time() - cpu0
+            await anyio.sleep(1.0)                       # who still burns host CPU?
+            after = time.process_time() - cpu0 - cpu
+            done.set()
+        out.update(
+            stall_ms=stall[0] * 1000, wall_s=wall, t_exec_s=res.stats.t_exec,
+            base_t_exec_s=base.stats.t_exec, host_cpu_s=cpu, cpu_after_turn_s=after,
+            rss_growth_mb=(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024,
+            equal=(res.stdout, type(res.error).__name__, res.namespace)
+            == (base.stdout, type(base.error).__name__, base.namespace),
+            shadow_events=sorted({e.kind for e in res.trace.events
+                                  if e.kind.startswith("shadow_") and e.kind != "shadow_statement"}))
+        if pool is not None:
+            out["killed"] = pool.killed
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return out
+
+
+def stalls(timeout: float = 40.0) -> list[dict]:
+    rows = []
+    for attack in ATTACKS:
+        for shadow in ("process", "thread"):
+            cmd = [sys.executable, "-m", "spectool_bench.shadow_attacks", "--child", shadow,
+                   attack]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                rows.append({"attack": attack, "shadow": shadow,
+                             "outcome": f"host froze (no result in {timeout:.0f} s)"})
+                continue
+            if proc.returncode != 0:
+                sig = -proc.returncode
+                rows.append({"attack": attack, "shadow": shadow,
+                             "outcome": f"host died ({'signal ' + str(sig) if sig > 0 else proc.returncode})"})
+                continue
+            row = json.loads(proc.stdout.strip().splitlines()[-1])
+            row.update(attack=attack, shadow=shadow,
+                       outcome="survived, = baseline" if row["equal"] else "survived, DIFFERS")
+            rows.append(row)
+    return rows
+
+
+def print_stalls(rows: list[dict]) -> None:
+    print("host event-loop stalls per attack class (simulated model: 100 tok/s; "
+          "throwaway host per row)")
+    head = ("attack", "shadow", "outcome", "max stall ms", "turn s", "real run s",
+            "baseline run s", "host CPU s", "CPU after turn s", "host RSS +MB", "shadow events")
+    print(" | ".join(head))
+    for r in rows:
+        if "stall_ms" not in r:
+            print(" | ".join([r["attack"], r["shadow"], r["outcome"]] + ["-"] * 8))
+            continue
+        print(" | ".join([r["attack"], r["shadow"], r["outcome"], f"{r['stall_ms']:.1f}",
+                          f"{r['wall_s']:.2f}", f"{r['t_exec_s']:.3f}",
+                          f"{r['base_t_exec_s']:.3f}", f"{r['host_cpu_s']:.2f}",
+                          f"{r['cpu_after_turn_s']:.2f}", f"{r['rss_growth_mb']:.0f}",
+                          ",".join(r["shadow_events"]) or "-"]))
+
+
+def decode_costs(repeat: int = 5) -> None:
+    """What the largest replies a hostile worker may send cost the host to decode (or
+    reject): the decoder runs on the event loop, so this bounds its stall."""
+    from spectool import shadow_protocol as proto
+    n = proto.MAX_NODES - 8
+    nodes = proto.LENGTH.pack(0)  # placeholder, replaced below
+    header = b"[[1," + b"[4]," * (n // 2) + b"0],[]]"
+    nodes = proto.LENGTH.pack(len(header)) + header
+    text = "x" * (proto.MAX_REPLY_BYTES - 64)
+    big = proto.encode_reply(("bets", [("q", (text,), {})]))[4:]
+    deep = proto.encode_reply(("bets", [("q", (_nested(60),), {})]))[4:]
+    too_many = proto.LENGTH.pack(len(header) + 400) + header[:-6] + b"0," * 200 + b"0],[]]"
+    cases = {"max nodes (accepted)": nodes, "8 MiB string (accepted)": big,
+             "depth 64 (accepted)": deep, "too many nodes (rejected)": too_many,
+             "pickle (rejected)": b"\x80\x05" + b"x" * 1000}
+    print("decoding a worker's reply on the host (worst cases; best of "
+          f"{repeat}; python -m spectool_bench.shadow_attacks decode)")
+    for name, payload in cases.items():
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.perf_counter()
+            try:
+                proto.parse_reply(proto.decode_reply(payload))
+            except proto.ProtocolError:
+                pass
+            best = min(best, time.perf_counter() - t)
+        print(f"  {name:<28} {len(payload) / 1e6:>6.2f} MB  {best * 1000:>7.2f} ms")
+
+
+def _nested(depth: int) -> list:
+    value: list = [1]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+# ---------------------------------------------------------------- micro-benchmark
+def micro(rounds: int = 2) -> None:
+    for k in range(rounds):
+        for shadow in ("thread", "process"):
+            env = dict(os.environ, SPECTOOL_SHADOW=shadow)
+            proc = subprocess.run([sys.executable, "-m", "spectool_bench.turn_microbench",
+                                   "--quick"], capture_output=True, text=True, env=env)
+            print(f"--- round {k + 1}, SPECTOOL_SHADOW={shadow}")
+            print(proc.stdout.strip() or proc.stderr[-2000:])
+
+
+# ---------------------------------------------------------------- throughput
+def _process_run_once(pool, message: str, context: str) -> tuple[float, dict]:
+    """shadow_throughput.run_once, with the interpreter in a worker process: every
+    statement and tail is a command; launches answered at once like InstantHost."""
+    from spectool import shadow_protocol as proto
+    from spectool.segmenter import Segmenter, StatementClosed, TailChanged
+    worker = pool.lease()
+    sock = worker.sock
+    sock.setblocking(True)
+    buf = bytearray()
+
+    def read() -> tuple:
+        while True:
+            if len(buf) >= 4:
+                n = proto.LENGTH.unpack_from(buf)[0]
+                if len(buf) >= 4 + n:
+                    payload = bytes(buf[4:4 + n])
+                    del buf[:4 + n]
+                    return proto.parse_reply(proto.decode_reply(payload))
+            buf.extend(sock.recv(1 << 18))
+
+    launched = [0]
+    stats = {"statements": 0, "tails": 0, "bets": 0}
+
+    def command(msg: tuple) -> tuple:
+        sock.sendall(proto.encode_command(msg))
+        while True:
+            reply = read()
+            if proto.is_request(reply):
+                launched[0] += 1
+                sock.sendall(proto.encode_command(("reply", launched[0])))
+            elif reply[0] != "lookahead":
+                return reply
+
+    try:
+        if not worker.readied:
+            assert read() == ("ready",)
+            worker.readied = True
+        tools = (("llm_query", "pure", None), ("llm_query_batched", "pure", "llm_query"))
+        sock.sendall(proto.encode_command(("begin", tools, None, 600.0)))
+        sock.sendall(proto.encode_command(("names", {"context": context})))
+        seg = Segmenter()
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        for i in range(0, len(message), 4):
+            for event in seg.feed(message[i:i + 4]):
+                if isinstance(event, StatementClosed):
+                    stats["statements"] += 1
+                    reply = command(("statement", event.source))
+                    while reply[0] == "wait":
+                        reply = command(("resume", "numeric, entity, human", None))
+                elif isinstance(event, TailChanged):
+                    stats["tails"] += 1
+                    stats["bets"] += len(command(("tail", event.tail))[1])
+        seg.close()
+        stats["host_cpu"] = time.process_time() - c0
+        elapsed = time.perf_counter() - t0
+        stats["launched"] = launched[0]
+        sock.sendall(proto.encode_command(("end",)))
+        return elapsed, stats
+    finally:
+        sock.setblocking(False)
+        pool.release(worker, reusable=True)
+
+
+def throughput(repeat: int = 3) -> None:
+    from spectool.shadow_pool import ShadowPool
+    from spectool_bench import shadow_throughput as st
+    context = "\n".join(f"Date: Jan {i % 28 + 1:02d}, 2023 || User: {10000 + i % 97} || "
+                        f"Instance: what is the capital of country number {i}?" for i in range(400))
+    print("segmenter + shadow throughput, in-process interpreter vs worker process "
+          "(4-character deltas, every statement run, every tail peeked; best of "
+          f"{repeat}, interleaved)")
+    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print(f"{'cell chars':>10} {'stmts':>6} {'tails':>6} {'launched':>8} {'thread chars/s':>15} "
+          f"{'process chars/s':>16} {'ratio':>6} {'host CPU chars/s':>17}")
+    with ShadowPool(1) as pool:
+        time.sleep(0.5)                   # let the worker start
+        for target in (1_000, 10_000, 40_000, 100_000):
+            message = st.make_cell(target)
+            inproc, remote = [], []
+            for _ in range(repeat):
+                inproc.append(st.run_once(message, context))
+                remote.append(_process_run_once(pool, message, context))
+            a = min(inproc, key=lambda r: r[0])
+            b = min(remote, key=lambda r: r[0])
+            host_cpu = min(r[1]["host_cpu"] for r in remote)
+            print(f"{len(message):>10} {b[1]['statements']:>6} {b[1]['tails']:>6} "
+                  f"{b[1]['launched']:>8} {len(message) / a[0]:>15.0f} "
+                  f"{len(message) / b[0]:>16.0f} {a[0] / b[0]:>6.2f} "
+                  f"{len(message) / host_cpu:>17.0f}")
+
+
+# ---------------------------------------------------------------- scale
+def _rss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+async def _scale_case(n: int, shadow: str, pool_size: int | None) -> dict:
+    import spectool
+    from spectool.shadow_pool import ShadowPool
+    from spectool_bench import turn_microbench as tm
+    sc = tm.SCENARIOS[0]
+    rate, latency, log_latency = 400.0, 0.125, 0.05
+    pool = ShadowPool(pool_size) if shadow == "process" else None
+    try:
+        if pool is not None:
+            await anyio.sleep(0.5)                       # warm workers
+        peak_total = [0]
+        stop = anyio.Event()
+
+        async def sampler():
+            while not stop.is_set():
+                kids = pool.pids() if pool is not None else set()
+                total = _rss_kb(os.getpid()) + sum(_rss_kb(p) for p in kids)
+                peak_total[0] = max(peak_total[0], total)
+                await anyio.sleep(0.01)
+
+        results = []
+
+        async def one():
+            rt = spectool.Runtime(tm.make_tools(latency, log_latency), mode="spec",
+                                  shadow=shadow, shadow_pool=pool,
+                                  namespace=dict(sc.namespace))
+            results.append(await rt.run(tm.token_stream(sc.message, rate)))
+
+        t0 = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sampler)
+            async with anyio.create_task_group() as turns:
+                for _ in range(n):
+                    turns.start_soon(one)
+            wall = time.perf_counter() - t0
+            stop.set()
+        unavailable = sum(any(e.kind == "shadow_unavailable" for e in r.trace.events)
+                          for r in results)
+        return {"n": n, "shadow": shadow, "pool": pool_size or "-", "wall_s": wall,
+                "hits": sum(r.stats.hits for r in results),
+                "unavailable": unavailable,
+                "host_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "total_rss_mb": peak_total[0] / 1024}
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
+def scale() -> None:
+    print("concurrent spec turns in one process ('independent x4' at --quick speed: "
+          "simulated 400 tok/s stream, 0.125 s tools; each row its own host process)")
+    print(f"{'turns':>5} {'shadow':>8} {'pool':>5} {'wall s':>7} {'hits':>5} "
+          f"{'no shadow':>9} {'host peak RSS MB':>17} {'host+workers peak RSS MB':>25}")
+    for n, shadow, size in [(1, "thread", None), (64, "thread", None), (1, "process", 2),
+                            (64, "process", 2), (64, "process", 8), (64, "process", 16)]:
+        cmd = [sys.executable, "-m", "spectool_bench.shadow_attacks", "--scale-child",
+               str(n), shadow, str(size or 0)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(proc.stderr[-2000:])
+            continue
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(f"{r['n']:>5} {r['shadow']:>8} {r['pool']:>5} {r['wall_s']:>7.2f} "
+              f"{r['hits']:>5} {r['unavailable']:>9} {r['host_rss_mb']:>17.0f} "
+              f"{r['total_rss_mb']:>25.0f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", nargs="?", default="all",
+                    choices=["stalls", "decode", "micro", "throughput", "scale", "all"])
+    ap.add_argument("--child", nargs=2, metavar=("SHADOW", "ATTACK"), help=argparse.SUPPRESS)
+    ap.add_argument("--scale-child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, default=2, help="micro: rounds per shadow")
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(anyio.run(_child, *args.child)))
+        return
+    if args.scale_child:
+        n, shadow, size = args.scale_child
+        print(json.dumps(anyio.run(_scale_case, int(n), shadow, int(size) or None)))
+        return
+    print(f"(measured on this machine: {os.cpu_count()} CPUs, load "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})")
+    if args.what in ("stalls", "all"):
+        print_stalls(stalls())
+    if args.what in ("decode", "all"):
+        decode_costs()
+    if args.what in ("micro", "all"):
+        micro(args.rounds)
+    if args.what in ("throughput", "all"):
+        throughput()
+    if args.what in ("scale", "all"):
+        scale()
+
+
+if __name__ == "__main__":
+    main()
