@@ -58,7 +58,7 @@ def runtime_for(
     table: Mapping[str, Callable[..., Any]],
     *,
     pure: Collection[str] = (),
-    idempotent: Collection[str] = (),
+    idempotent: Mapping[str, Callable[..., Any]] | Collection[str] = (),
     deterministic: Collection[str] = (),
     mode: str = "spec",
     **runtime_kwargs: Any,

@@ -428,9 +428,11 @@ def _bindings(variables: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _take_snapshot(snap: Any) -> None:
-    """Copy the namespace in a worker thread (a large one would stall the loop)."""
+    """Copy the namespace in a worker thread (a large one would stall the loop). Its
+    own limiter: it never queues behind the shared worker threads (a shadow thread
+    may be waiting for this very copy)."""
     try:
-        await anyio.to_thread.run_sync(snap.take)
+        await anyio.to_thread.run_sync(snap.take, limiter=anyio.CapacityLimiter(1))
     finally:
         snap.done.set()      # cancelled before the thread started: nothing was copied
         snap.taken.set()

@@ -367,8 +367,7 @@ async def test_two_phase_direct_call_prepares_and_commits(anyio_backend):
     assert ledger.log[0][1].startswith("direct:")
 
 
-@pytest.mark.anyio
-async def test_lone_surrogate_arguments_match_baseline(anyio_backend):
+async def surrogate_runs() -> dict:
     @spectool.tool(speculate="pure")
     async def q(x: str) -> str:
         return "r" + repr(x)
@@ -378,7 +377,29 @@ async def test_lone_surrogate_arguments_match_baseline(anyio_backend):
     for mode in ("baseline", "spec"):
         res = await spectool.Runtime([q], mode=mode).run_cell(cell)
         out[mode] = (repr(res.error), res.namespace)
+    return out
+
+
+@pytest.mark.anyio
+async def test_lone_surrogate_arguments_match_baseline(anyio_backend):
+    out = await surrogate_runs()
     assert out["spec"] == out["baseline"] and out["baseline"][0] == "None"
+
+
+@pytest.mark.anyio
+async def test_negative_control_a_strict_key_digest_fails_on_a_lone_surrogate(
+        anyio_backend, monkeypatch):
+    import hashlib
+
+    def strict_place(self, entry, k, occ):             # the old digest: encode() strict
+        entry.occurrence = occ
+        digest = hashlib.sha256(k[1].encode()).hexdigest()[:16]
+        entry.idempotency_key = f"{self.turn_id}:{k[0]}:{occ}:{digest}"
+        self._fifo[k].append(entry)
+
+    monkeypatch.setattr(Store, "_place", strict_place)
+    out = await surrogate_runs()
+    assert out["spec"] != out["baseline"] and "UnicodeEncodeError" in out["spec"][0]
 
 
 # ------------------------------------------- stale views that reached the real run

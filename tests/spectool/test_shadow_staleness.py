@@ -487,3 +487,53 @@ def test_peeks_never_change_shared_state_through_mutators_as_values():
 def test_negative_control_peek_mutators_unfenced_leave_stale_bets(monkeypatch):
     monkeypatch.setattr(CallsMixin, "_peek_mutation", lambda self, raw, args: None)
     assert len(stale_programs(peek_mutator_programs())) >= 3
+
+
+# ------------------------------------------- hash seeds: the real run in another process
+
+SEEDED_PROGRAM = (
+    "s = {'alpha', 'beta', 'gamma', 'delta', 'epsilon'}\n"
+    "llm_query(','.join(s))\n"
+    "llm_query(str(s))\n"
+    "d = {k: len(k) for k in s}\n"
+    "llm_query(str(list(d)))\n"
+    "llm_query(str(hash('alpha') % 1000))\n"
+    "llm_query(str(sorted(s)))\n"
+)
+
+
+def real_calls_in_process(source: str, hash_seed: int) -> list[tuple]:
+    """``real_calls`` in a fresh interpreter with the given PYTHONHASHSEED."""
+    import json
+    import os
+    import subprocess
+    runner = ("import json, sys\ncalls = []\n"
+              "def llm_query(*a):\n    calls.append(list(a))\n    return 'x'\n"
+              "exec(sys.stdin.read())\nprint(json.dumps(calls))\n")
+    out = subprocess.run([sys.executable, "-c", runner], input=source, capture_output=True,
+                         text=True, timeout=60, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": str(hash_seed)})
+    return [tuple(c) for c in json.loads(out.stdout)]
+
+
+def seeded_stale_bets() -> list:
+    from spectool.segmenter import Segmenter, StatementClosed
+    seg = Segmenter()
+    events = seg.feed("```repl\n" + SEEDED_PROGRAM + "```\n") + seg.close()
+    bets = shadow_bets([e.source for e in events if isinstance(e, StatementClosed)], {})
+    stale = []
+    for seed in (1, 2, 3):
+        real = real_calls_in_process(SEEDED_PROGRAM, seed)
+        stale += [b for b in bets if b not in real]
+    return stale
+
+
+def test_bets_hold_whatever_the_real_processs_hash_seed():
+    # only the order-free call (sorted) may be bet on; it is the same in every process
+    assert seeded_stale_bets() == []
+
+
+def test_negative_control_seed_dependent_values_reach_tools_without_guards(monkeypatch):
+    _no_text_guard(monkeypatch)
+    monkeypatch.setattr(expressions, "is_unordered", lambda v: False)
+    assert seeded_stale_bets()
