@@ -48,6 +48,8 @@ __all__ = ["Runtime", "TurnResult", "CellResult"]
 Mode = Literal["baseline", "lazy", "spec"]
 _MODES = ("baseline", "lazy", "spec")
 _SHADOWS = ("process", "thread")
+# how long the real run may wait for an unfinished namespace copy before cutting it short
+_SNAPSHOT_GRACE_S = 0.05
 
 
 @dataclass
@@ -442,6 +444,12 @@ async def _stop_snapshot(snap: Any) -> None:
     """Before the real run: cut an unfinished copy short (the names not copied yet
     read as Unknown) and wait for the copier to let go of the namespace (it stops
     within one element). Usually the copy finished during the stream: no wait."""
+    if not snap.done.is_set():
+        # a small namespace is copied in microseconds once its thread runs: give the
+        # thread a bounded moment to start, or a fast stream (lazy mode above all) would
+        # hand the shadow an empty namespace
+        with anyio.move_on_after(_SNAPSHOT_GRACE_S):
+            await snap.taken.wait()
     snap.stop()
     if not snap.done.is_set():
         await snap.taken.wait()

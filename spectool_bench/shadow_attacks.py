@@ -36,7 +36,7 @@ import time
 import anyio
 
 ATTACKS = {
-    "crash": "t = ()\nfor i in range(300000):\n    t = (t,)\nh = hash(t)\nbroken = (\n",
+    "crash": "t = ()\nfor i in range(300000):\n    t = (t,)\nh = {t: 1}\nbroken = (\n",
     "freeze": "a = 7 ** 9999\nb = 10 ** 9999\nx = pow(a, b, b + 7)\nbroken = (\n",
     "memory": "x = 'a' * 50_000_000\nys = [x + str(i) for i in range(6)]\n"
               "zs = [x + str(i) for i in range(6)]\nbroken = (\n",

@@ -25,7 +25,7 @@ from spectool.shadow_pool import ShadowPool, ShadowWorkerLimits
 # is inside the attack statement (the stream then ends; no sleeps order anything).
 ATTACKS = {
     # CPython hashes a nested tuple recursively in C without a depth guard: SIGSEGV
-    "crash": "t = ()\nfor i in range(300000):\n    t = (t,)\nh = (q(5), hash(t))\n",
+    "crash": "t = ()\nfor i in range(300000):\n    t = (t,)\nh = (q(5), {t: 1})\n",
     # one C call that holds the GIL for hours
     "freeze": "a = 7 ** 9999\nb = 10 ** 9999\nm = b + 7\nx = (q(5), pow(a, b, m))\n",
     # every statement within its own budget; together ~350 MB

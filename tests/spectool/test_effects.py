@@ -426,6 +426,7 @@ def test_a_snapshot_cut_short_reads_as_unknown_never_half_copied():
 
 @pytest.mark.anyio
 async def test_the_namespace_is_copied_off_the_event_loop(anyio_backend, monkeypatch):
+    monkeypatch.setenv("SPECTOOL_SHADOW", "thread")   # the patches act on this process
     import threading
 
     import spectool.shadow.copying as copying
@@ -533,6 +534,7 @@ async def test_negative_control_a_late_lazy_copy_bets_on_a_stale_view(anyio_back
                                                                       monkeypatch):
     """The old behaviour (no copy at turn start: the shadow copies live objects when it
     first reads them), with the lazy shadow held back until the real run appended."""
+    monkeypatch.setenv("SPECTOOL_SHADOW", "thread")   # the patches act on this process
     import spectool.shadow.copying as copying
     monkeypatch.setattr(copying, "snapshot", lambda variables, max_items, stop=None:
                         dict(variables))
@@ -575,6 +577,7 @@ async def test_dict_built_from_a_set_never_reuses_a_differently_ordered_result(a
 @pytest.mark.anyio
 async def test_negative_control_sorted_dict_keys_and_free_set_order(anyio_backend,
                                                                    monkeypatch):
+    monkeypatch.setenv("SPECTOOL_SHADOW", "thread")   # the patches act on this process
     import spectool.keys as keys
     import spectool.shadow.calls as calls
     import spectool.shadow.expressions as expressions
@@ -720,6 +723,7 @@ async def test_a_never_tool_may_change_what_it_is_passed(anyio_backend):
 @pytest.mark.anyio
 async def test_negative_control_unpoisoned_arguments_bet_on_a_stale_view(anyio_backend,
                                                                        monkeypatch):
+    monkeypatch.setenv("SPECTOOL_SHADOW", "thread")   # the patches act on this process
     from spectool.shadow.calls import CallsMixin
     monkeypatch.setattr(CallsMixin, "_poison_args", lambda self, args, kwargs: None)
     ledger, res = await never_tool_mutates_argument()
