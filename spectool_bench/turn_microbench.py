@@ -101,6 +101,22 @@ SCENARIOS = [
         'r2 = ask("beta")\n'
         "print(len(r1), len(r2))\n```\n",
         [Call('ask("alpha")'), Call('log("checkpoint")', tool="log"), Call('ask("beta")')]),
+    # CPU-heavy user code: the shadow runs the helper too (until its limits), competing
+    # with the real run for the interpreter; nothing to speculate before the results
+    Scenario(
+        "CPU-heavy helper + 2 calls",
+        "Score the records with a helper, then ask twice.\n```repl\n"
+        "def score(n):\n"
+        "    t = 0\n"
+        "    for k in range(n):\n"
+        "        t += (k * k) % 7\n"
+        "    return t\n"
+        "s1 = score(400000)\n"
+        'a = llm_query("summary " + str(s1))\n'
+        "s2 = score(400000)\n"
+        'b = llm_query("check " + str(s2))\n'
+        "print(len(a + b))\n```\n",
+        [Call('llm_query("summary " + str(s1))'), Call('llm_query("check " + str(s2))')]),
     # a chain whose argument is re-assigned later in the loop body: a peek at the next
     # iteration still sees the old binding and bets on a call nobody will make
     Scenario(

@@ -11,8 +11,7 @@ import httpx
 import pytest
 
 from spectool_bench.local_server import LocalServerError, LocalTokenServer, free_port
-from spectool_bench.two_tier import (TwoTierConfig, render_two_tier, run_two_tier,
-                                     spread_overlaps_one)
+from spectool_bench.two_tier import render_two_tier, spread_overlaps_one
 
 STUB = [sys.executable, str(Path(__file__).with_name("stub_token_server.py"))]
 
@@ -61,15 +60,28 @@ def test_spread_flag():
     assert spread_overlaps_one(0.9, 1.2) and not spread_overlaps_one(1.05, 1.3)
 
 
-@pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])   # litellm is asyncio-only
-async def test_two_by_two_table_end_to_end_on_the_stub(anyio_backend):
-    report = await run_two_tier(TwoTierConfig(repeats=2, command=STUB, context_tokens=1024,
-                                              shapes=("batched",), health_timeout_s=30,
-                                              root_time_scale=0.05))
+def test_two_by_two_table_end_to_end_on_the_stub():
+    """The whole 2x2 run through litellm against two stub servers. It runs in its own
+    interpreter: litellm keeps process-wide state (cached clients, lazily built pydantic
+    schemas) that must not leak into the other tests."""
+    import json
+    import os
+    import subprocess
+
+    code = ("import json, sys\n"
+            "from spectool_bench.two_tier import TwoTierConfig, main_two_tier\n"
+            f"r = main_two_tier(TwoTierConfig(repeats=2, command={STUB!r}, context_tokens=1024, "
+            "shapes=('batched',), health_timeout_s=30, root_time_scale=0.05))\n"
+            "print(json.dumps(r))\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
     rows = {(r["token_spec"], r["tool_spec"]): r for r in report["rows"]}
     assert set(rows) == {("off", False), ("off", True), ("on", False), ("on", True)}
     assert rows[("off", False)]["speedup_median"] == 1.0
     table = render_two_tier(report)
+    assert table == report["table"]
     assert "SIMULATED" in table and "token spec" in table and "tool spec" in table
     assert all(r["wall_min_s"] <= r["wall_median_s"] <= r["wall_max_s"] for r in rows.values())
