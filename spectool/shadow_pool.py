@@ -161,11 +161,14 @@ class WorkerProcess:
 
 
 def default_size() -> int:
-    """Workers in the default pool: ``SPECTOOL_SHADOW_WORKERS`` or 2..8 by CPU count."""
+    """Workers in the default pool: ``SPECTOOL_SHADOW_WORKERS``, else twice the CPU
+    count within 8..32. A worker serves one turn at a time (~15 MB each), so size the
+    pool to the sessions a host runs at once: a turn that finds none free runs
+    without speculation."""
     env = os.environ.get("SPECTOOL_SHADOW_WORKERS")
     if env:
         return max(1, int(env))
-    return min(8, max(2, os.cpu_count() or 2))
+    return min(32, max(8, 2 * (os.cpu_count() or 2)))
 
 
 class ShadowPool:
@@ -204,7 +207,10 @@ class ShadowPool:
                 return None
             self._fill()
             while self._idle:
-                worker = self._idle.pop()
+                # a worker that has served before (warm, imports done) over one still
+                # starting: new workers sit at the front, the last released at the end
+                ready = [i for i, w in enumerate(self._idle) if w.readied]
+                worker = self._idle.pop(ready[-1] if ready else -1)
                 if worker.alive:
                     self._leased.add(worker)
                     worker.turns += 1
@@ -248,7 +254,7 @@ class ShadowPool:
 
     def _fill(self) -> None:
         while len(self._idle) + len(self._leased) < self.size:
-            self._idle.append(self._spawn())
+            self._idle.insert(0, self._spawn())
 
     def _discard(self, worker: WorkerProcess) -> None:
         if worker.proc.poll() is None:
