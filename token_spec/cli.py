@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--no-hf", action="store_true", help="skip the Hugging Face generate() methods")
     b.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")
+    from .serve.cli import add_subcommands  # serve, loadtest, audit (their own module)
+
+    add_subcommands(sub)
     return parser
 
 
@@ -306,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     args = build_parser().parse_args(argv)
+    if args.command != "bench":
+        return args.func(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = run_bench(args)
