@@ -56,7 +56,8 @@ _CAPACITY_STEP = 256  # KV buffers grow in whole steps of this many positions
 def bf16_supported() -> bool:
     """True where the CPU has native bf16 matmuls (AVX512-BF16 or AMX)."""
     try:
-        flags = open("/proc/cpuinfo").read()
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
     except OSError:  # pragma: no cover - non-Linux
         return False
     return " avx512_bf16" in flags or " amx_bf16" in flags
