@@ -8,7 +8,7 @@ sleeps on an event that ``generate()`` sets. Requests therefore join and leave t
 batch between steps.
 
 ``async with scheduler.generate(request) as updates:`` submits a request and yields
-its stream of updates; leaving the block early (client disconnect, cancellation)
+its stream of updates (closed after the one with a ``finish_reason``); leaving the block early (client disconnect, cancellation)
 cancels the request, and its KV cache is freed at once (or right after the pass that
 is running). Works on asyncio and trio.
 """
@@ -57,6 +57,8 @@ class Scheduler:
                             stream.send_nowait(upd)
                         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                             pass
+                        if upd.finish_reason is not None:
+                            stream.close()  # the consumer's ``async for`` ends after the last update
         finally:
             self.running = False
 
@@ -67,9 +69,10 @@ class Scheduler:
             raise RuntimeError("the scheduler is not running")
         if request.id in self._streams:
             raise ValueError(f"duplicate request id {request.id!r}")
+        self.engine.validate(request)  # ValueError before anything is created or queued
         send, receive = anyio.create_memory_object_stream[Update](math.inf)
-        self.engine.submit(request)  # validates (ValueError) before anything is registered
         self._streams[request.id] = send
+        self.engine.submit(request)
         if self._wake is not None:
             self._wake.set()
         try:
