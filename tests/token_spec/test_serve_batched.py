@@ -88,11 +88,18 @@ def _run(engine: BatchEngine, prompts: list, max_tokens: int) -> dict[str, list[
     return outs
 
 
-def test_greedy_output_alone_equals_output_batched_with_speculation(target):
+@pytest.fixture(scope="module")
+def alone_outputs(target):
+    """Each prompt decoded alone, no speculation, greedy, 24 tokens."""
     prompts = [target.encode(CODE_PROMPT)] + [target.encode(p) for p in OTHER_PROMPTS]
     vanilla = _engine(target, "none")
-    alone = {f"r{i}": _run(vanilla, [ids], 24)["r0"] for i, ids in enumerate(prompts)}
-    spec = _engine(target, "ngram")
+    return prompts, {f"r{i}": _run(vanilla, [ids], 24)["r0"] for i, ids in enumerate(prompts)}
+
+
+@pytest.mark.parametrize("method", ["ngram", "suffix", "draft"])
+def test_greedy_output_alone_equals_output_batched_with_speculation(target, alone_outputs, method):
+    prompts, alone = alone_outputs
+    spec = _engine(target, method)
     batched = _run(spec, prompts, 24)
     assert spec.steps <= 1 + 24  # one prefill pass + at most one pass per token: the four shared passes
     assert batched == alone
