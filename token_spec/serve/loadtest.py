@@ -36,6 +36,8 @@ def add_parser(sub) -> None:
     p.add_argument("--clients", default="1,4,16", help="comma list of concurrency levels (default 1,4,16)")
     p.add_argument("--requests", type=int, default=2, help="requests per client and level (default 2)")
     p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="repeat the sweep (method order rotated each time); the table shows medians (default 1)")
     p.add_argument("--methods", default="none,ngram", help="comma list of --speculative methods (default none,ngram)")
     p.add_argument("--gamma", type=int, default=4)
     p.add_argument("--max-rows", type=int, default=16)
@@ -170,8 +172,9 @@ def run_loadtest(args) -> dict:
             s.wait_ready()
         for s in servers.values():  # warm-up request per server
             anyio.run(_level, s.url, 1, 1, 8, prompts)
-        for li, c in enumerate(levels):
-            order = methods[li % len(methods):] + methods[: li % len(methods)]
+        for rep, (li, c) in ((r, x) for r in range(args.repeats) for x in enumerate(levels)):
+            shift = (li + rep) % len(methods)
+            order = methods[shift:] + methods[:shift]
             for m in order:
                 s = servers[m]
                 before = parse_metrics(httpx.get(s.url + "/metrics").text)
@@ -180,16 +183,33 @@ def run_loadtest(args) -> dict:
                 drafts = counter(after, "vllm:spec_decode_num_drafts") - counter(before, "vllm:spec_decode_num_drafts")
                 acc = (counter(after, "vllm:spec_decode_num_accepted_tokens")
                        - counter(before, "vllm:spec_decode_num_accepted_tokens"))
-                row.update(method=m, mean_acceptance_length=(1 + acc / drafts) if drafts else None, drafts=drafts)
+                row.update(method=m, repeat=rep, mean_acceptance_length=(1 + acc / drafts) if drafts else None,
+                           drafts=drafts)
                 rows.append(row)
                 print(f"  {m:>6} c={c:<3} {row['tokens_per_s']:7.2f} tok/s  latency {row['latency_mean_s']:6.2f} s",
                       file=sys.stderr)
     finally:
         for s in servers.values():
             s.stop()
-    return {"config": {k: v for k, v in vars(args).items() if k != "func"}, "rows": rows,
+    return {"config": {k: v for k, v in vars(args).items() if k != "func"}, "rows": _medians(rows), "runs": rows,
             "environment": {"cpus": os.cpu_count(),
                             "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None}}
+
+
+def _medians(runs: list[dict]) -> list[dict]:
+    """One row per (method, clients): the median of each figure over the repeats."""
+    out = []
+    keys = list(dict.fromkeys((r["method"], r["clients"]) for r in runs))
+    for m, c in keys:
+        rs = [r for r in runs if r["method"] == m and r["clients"] == c]
+        row = {"method": m, "clients": c, "repeats": len(rs)}
+        for k in ("tokens_per_s", "requests_per_s", "latency_mean_s", "latency_p50_s", "latency_p90_s",
+                  "ttft_mean_s", "mean_acceptance_length"):
+            vals = [r[k] for r in rs if r[k] is not None]
+            row[k] = statistics.median(vals) if vals else None
+        row["drafts"] = sum(r["drafts"] for r in rs)
+        out.append(row)
+    return sorted(out, key=lambda r: (r["clients"], r["method"]))
 
 
 def format_table(result: dict) -> str:
