@@ -43,6 +43,10 @@ class ServeConfig:
             raise ValueError(f"--acceptance must be 'strict' or 'relaxed', got {self.acceptance!r}")
         if self.gamma < 0:
             raise ValueError(f"--gamma must be >= 0, got {self.gamma}")
+        if self.max_rows < 1 or self.max_seqs < 1 or self.default_max_tokens < 1:
+            raise ValueError("--max-rows, --max-seqs and --default-max-tokens must be >= 1")
+        if not 0.0 < self.relaxed_threshold <= 1.0:
+            raise ValueError(f"--relaxed-threshold must be in (0, 1], got {self.relaxed_threshold}")
         if self.acceptance == "relaxed" and self.speculative == "none":
             raise ValueError("--acceptance relaxed needs a drafter (--speculative ngram|suffix|draft)")
 
