@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0, help="sampling seed when --temperature > 0 (default 0)")
     b.add_argument("--no-hf", action="store_true", help="skip the Hugging Face generate() methods")
     b.add_argument("--threads", type=_int_at_least(0), default=0, help="torch intra-op threads (0 = torch default)")
+    from .serve.cli import add_subcommands  # serve, loadtest, audit (their own module)
+
+    add_subcommands(sub)
     return parser
 
 
@@ -373,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command != "bench":
+        return args.func(args)
     try:  # before the model loads: a bad --out costs one line, not a lost run
         out = ensure_writable_dir(args.out)
     except ValueError as exc:

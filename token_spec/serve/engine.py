@@ -1,0 +1,349 @@
+"""The serving engine: continuous batching of speculative requests, one step at a time.
+
+``BatchEngine.step()`` runs one packed forward pass for every active request:
+
+1. admit waiting requests (up to ``max_seqs`` active), drop cancelled ones (their KV
+   is freed at once);
+2. decide the draft budget: ``draft_budget`` (below) from counts only, BEFORE any
+   draft is drawn (non-anticipating: the decision cannot depend on the drafts);
+3. every decoding request drafts up to that many tokens with its own drafter;
+4. one ``BatchedLM.forward`` over all segments (new prompts are prefilled in the same
+   pass; their first token comes with the next step);
+5. per request: warp its logits rows with its sampling parameters, verify (exact
+   rejection sampling, ``token_spec.sampler.verify``; or the explicit lossy relaxed
+   rule), roll its KV back to the accepted prefix, detokenise, apply EOS / stop
+   strings / ``max_tokens``, and emit an ``Update``.
+
+The engine is synchronous and single-threaded by contract: ``step`` runs in one
+worker thread at a time (``token_spec.serve.scheduler`` drives it); ``submit`` and
+``cancel`` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..detokenize import IncrementalText
+from ..relaxed import RelaxedVerifier
+from ..sampler import verify
+from ..sampling import SamplingParams, warp
+from .batched import BatchedLM, Segment, SeqKV
+
+__all__ = ["BatchEngine", "Request", "Update", "TokenLogprob", "draft_budget", "relaxed_greedy", "ContextTooLong"]
+
+
+class ContextTooLong(ValueError):
+    """prompt + max_tokens exceed the model's context."""
+
+
+def draft_budget(n_decode: int, prefill_rows: int, max_rows: int, gamma: int) -> int:
+    """Draft tokens each decoding sequence may add this step.
+
+    A pass costs about the same up to ``max_rows`` rows (bf16 on CPU), so the rows not
+    needed by prompts and by one pending token per sequence are "free":
+    ``free = max_rows - n_decode - prefill_rows``; each sequence gets an equal share,
+    at most ``gamma``: ``k = min(gamma, max(0, free) // n_decode)``. Counts only, so the
+    decision is fixed before drafts are drawn.
+    """
+    if n_decode <= 0:
+        return 0
+    free = max_rows - n_decode - prefill_rows
+    return max(0, min(gamma, max(0, free) // n_decode))
+
+
+def relaxed_greedy(logits: torch.Tensor, draft: torch.Tensor, threshold: float) -> torch.Tensor:
+    """LOSSY greedy acceptance: keep draft token d_i while it is the argmax of row i OR
+    its untempered target probability softmax(logits_i)[d_i] >= threshold (SGLang's
+    ``accept-threshold-single`` applied to greedy requests); then the argmax of the first
+    rejected row (or of the bonus row). logits [k+1, V], draft [k] -> tokens [n+1]."""
+    k = int(draft.numel())
+    best = logits.argmax(dim=-1)  # [k+1]
+    n = 0
+    if k:
+        p = torch.softmax(logits[:k].float(), dim=-1).gather(-1, draft.view(-1, 1)).view(-1)  # [k]
+        ok = (draft == best[:k]) | (p >= threshold)
+        n = int(ok.long().cumprod(0).sum())
+    return torch.cat([draft[:n], best[n : n + 1]])
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
+class Request:
+    """One generation. ``logprobs``: None (off) or how many top alternatives (0..20)."""
+
+    id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    logprobs: int | None = None
+
+
+@dataclass
+class Update:
+    """What one step produced for one request. ``finish_reason`` set on the last one:
+    "stop" (EOS or a stop string), "length" (max_tokens) or "error"."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[TokenLogprob] | None
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+
+
+class _Seq:
+    """Engine-internal state of one admitted request."""
+
+    def __init__(self, req: Request, kv: SeqKV, drafter: Any, tokenizer, eos: set[int]) -> None:
+        self.req = req
+        self.kv = kv
+        self.drafter = drafter
+        self.generator = req.params.make_generator()
+        self.text = IncrementalText(tokenizer, req.params.stop)
+        self.eos = eos
+        self.output: list[int] = []  # emitted ids (EOS excluded)
+        self.pending = req.prompt_ids[-1]
+        self.prefilled = False
+        self.t_admit = time.perf_counter()
+        if drafter is not None:
+            drafter.begin(req.prompt_ids)
+
+    @property
+    def remaining(self) -> int:
+        return self.req.params.max_tokens - len(self.output)
+
+
+class BatchEngine:
+    """Continuous-batching speculative engine over a ``BatchedLM``.
+
+    drafter_factory: None (no speculation) or a callable returning a fresh drafter per
+    request (``token_spec.drafters`` protocol). gamma: most draft tokens per sequence
+    and step. max_rows: rows per pass that the scheduler fills with drafts.
+    acceptance: "strict" (lossless) or "relaxed" (lossy, ``relaxed_threshold``).
+    on_round(proposed, accepted) and on_finish(seq_metrics) are metric hooks.
+    """
+
+    def __init__(self, lm: BatchedLM, tokenizer, eos_ids: Sequence[int], *,
+                 drafter_factory: Callable[[], Any] | None = None, gamma: int = 4, max_rows: int = 16,
+                 max_seqs: int = 32, acceptance: str = "strict", relaxed_threshold: float = 0.1,
+                 on_round: Callable[[int, int], None] | None = None,
+                 on_finish: Callable[[Any], None] | None = None) -> None:
+        if acceptance not in ("strict", "relaxed"):
+            raise ValueError(f"acceptance must be 'strict' or 'relaxed', got {acceptance!r}")
+        if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 0:
+            raise ValueError(f"gamma must be an int >= 0, got {gamma!r}")
+        if max_rows < 1 or max_seqs < 1:
+            raise ValueError("max_rows and max_seqs must be >= 1")
+        if not 0.0 < relaxed_threshold <= 1.0:
+            raise ValueError(f"relaxed_threshold must be in (0, 1], got {relaxed_threshold!r}")
+        self.lm = lm
+        self.tokenizer = tokenizer
+        self.eos = set(int(e) for e in eos_ids)
+        self.drafter_factory = drafter_factory
+        self.gamma = gamma if drafter_factory is not None else 0
+        self.max_rows = max_rows
+        self.max_seqs = max_seqs
+        self.acceptance = acceptance
+        self.lossless = acceptance == "strict"
+        self.relaxed_threshold = relaxed_threshold
+        self._relaxed = RelaxedVerifier(threshold_single=relaxed_threshold)
+        self.on_round = on_round
+        self.on_finish = on_finish
+        self._inbox: deque[Request] = deque()
+        self._cancelled: set[str] = set()
+        self._mutex = threading.Lock()  # guards _inbox and _cancelled
+        self._step_lock = threading.Lock()  # held while a step runs
+        self.active: dict[str, _Seq] = {}
+        self.waiting: deque[Request] = deque()
+        self.steps = 0
+        self.last_budget = 0
+
+    # -- any thread --------------------------------------------------------------
+    def validate(self, req: Request) -> None:
+        """Raise ContextTooLong / ValueError naming the problem if ``req`` cannot run."""
+        if not req.prompt_ids:
+            raise ValueError("the prompt is empty")
+        need = len(req.prompt_ids) + req.params.max_tokens
+        if need > self.lm.max_positions:
+            raise ContextTooLong(
+                f"this model's maximum context length is {self.lm.max_positions} tokens; the request needs "
+                f"{need} ({len(req.prompt_ids)} in the prompt + {req.params.max_tokens} max_tokens)")
+        if req.logprobs is not None and not 0 <= req.logprobs <= 20:
+            raise ValueError(f"logprobs must be in 0..20, got {req.logprobs}")
+
+    def submit(self, req: Request) -> None:
+        """Queue a request (validated first)."""
+        self.validate(req)
+        with self._mutex:
+            self._inbox.append(req)
+
+    def cancel(self, req_id: str) -> None:
+        """Forget a request; its KV is freed now if no step is running, else right after it."""
+        with self._mutex:
+            self._cancelled.add(req_id)
+        if self._step_lock.acquire(blocking=False):
+            try:
+                self._drop_cancelled()
+            finally:
+                self._step_lock.release()
+
+    def has_work(self) -> bool:
+        with self._mutex:
+            return bool(self._inbox or self.active or self.waiting)
+
+    @property
+    def kv_bytes(self) -> int:
+        return sum(s.kv.nbytes for s in list(self.active.values()))
+
+    # -- the step thread -----------------------------------------------------------
+    def _drop_cancelled(self) -> None:
+        with self._mutex:
+            gone, self._cancelled = self._cancelled, set()
+            if gone:
+                self._inbox = deque(r for r in self._inbox if r.id not in gone)
+        if not gone:
+            return
+        self.waiting = deque(r for r in self.waiting if r.id not in gone)
+        for rid in gone:
+            seq = self.active.pop(rid, None)
+            if seq is not None:
+                seq.kv.free()
+                if seq.drafter is not None:
+                    seq.drafter.end(seq.output)
+
+    def _admit(self) -> None:
+        with self._mutex:
+            self.waiting.extend(self._inbox)
+            self._inbox.clear()
+        while self.waiting and len(self.active) < self.max_seqs:
+            req = self.waiting.popleft()
+            drafter = self.drafter_factory() if self.drafter_factory is not None else None
+            self.active[req.id] = _Seq(req, self.lm.new_kv(), drafter, self.tokenizer, self.eos)
+
+    def step(self) -> list[tuple[str, Update]]:
+        """One packed pass for every active request; returns their updates."""
+        with self._step_lock:
+            self._drop_cancelled()
+            self._admit()
+            if not self.active:
+                return []
+            out = self._step()
+            self._drop_cancelled()
+            return out
+
+    def _step(self) -> list[tuple[str, Update]]:
+        self.steps += 1
+        seqs = list(self.active.values())
+        new = [s for s in seqs if not s.prefilled]
+        decoding = [s for s in seqs if s.prefilled or len(s.req.prompt_ids) == 1]
+        prefill_rows = sum(len(s.req.prompt_ids) - 1 for s in new)
+        k_budget = draft_budget(len(decoding), prefill_rows, self.max_rows, self.gamma)
+        self.last_budget = k_budget
+
+        segments: list[Segment] = []
+        plan: list[tuple[_Seq, torch.Tensor, torch.Tensor | None, int]] = []  # seq, draft, q, kv length before
+        for s in new:
+            s.prefilled = True
+            if len(s.req.prompt_ids) > 1:
+                segments.append(Segment(s.kv, s.req.prompt_ids[:-1], prefill=True))
+        for s in decoding:
+            k = max(0, min(k_budget, s.remaining - 1))  # drafting past max_tokens is wasted
+            draft, q = torch.empty(0, dtype=torch.long), None
+            if k and s.drafter is not None:
+                d = s.drafter.propose(s.req.prompt_ids + s.output, k, s.req.params, s.generator)
+                draft = d.tokens.to(torch.long).reshape(-1)[:k]
+                q = None if d.probs is None else d.probs[: draft.numel()]
+            plan.append((s, draft, q, s.kv.length))
+            segments.append(Segment(s.kv, [s.pending] + draft.tolist()))
+        try:
+            logits_all = self.lm.forward(segments)
+        except Exception as exc:  # a model error ends the affected requests, never the server
+            return [self._fail(s, f"model error: {exc}") for s in seqs]
+        decode_logits = logits_all[len(segments) - len(plan):]
+
+        updates: list[tuple[str, Update]] = []
+        for (s, draft, q, before), logits in zip(plan, decode_logits):
+            updates.append((s.req.id, self._advance(s, draft, q, before, logits)))
+        return updates
+
+    def _verify(self, s: _Seq, draft: torch.Tensor, q, logits: torch.Tensor) -> torch.Tensor:
+        p = s.req.params
+        if self.acceptance == "relaxed":
+            if p.greedy:
+                return relaxed_greedy(logits, draft, self.relaxed_threshold)
+            probs = warp(logits, p.temperature, p.top_k, p.top_p)
+            return self._relaxed(probs, draft, q, generator=s.generator)
+        probs = warp(logits, p.temperature, p.top_k, p.top_p)  # [k+1, V]
+        return verify(probs, draft, q, generator=s.generator)
+
+    def _advance(self, s: _Seq, draft: torch.Tensor, q, before: int, logits: torch.Tensor) -> Update:
+        emitted = self._verify(s, draft, q, logits)  # [n+1]
+        proposed, accepted = int(draft.numel()), int(emitted.numel()) - 1
+        if proposed and self.on_round is not None:
+            self.on_round(proposed, accepted)
+        s.kv.truncate(before + 1 + accepted)  # exact rollback of rejected drafts
+        s.pending = int(emitted[-1])
+        tokens = [int(t) for t in emitted][: s.remaining]
+        finish = None
+        for i, t in enumerate(tokens):
+            if t in s.eos:
+                tokens, finish = tokens[:i], "stop"
+                break
+        lps = None
+        if s.req.logprobs is not None and tokens:
+            lps = _logprobs(logits[: len(tokens)], tokens, s.req.logprobs)
+        s.output.extend(tokens)
+        delta, stopped = s.text.push(tokens)
+        if stopped:
+            finish = "stop"
+        elif finish is None and s.remaining <= 0:
+            finish = "length"
+        if finish is not None and not stopped:
+            delta += s.text.finish()
+        upd = Update(text=delta, token_ids=tokens, logprobs=lps, finish_reason=finish,
+                     prompt_tokens=len(s.req.prompt_ids), completion_tokens=len(s.output))
+        if finish is not None:
+            self._retire(s)
+        return upd
+
+    def _fail(self, s: _Seq, message: str) -> tuple[str, Update]:
+        self._retire(s)
+        return s.req.id, Update(text="", token_ids=[], logprobs=None, finish_reason="error", error=message,
+                                prompt_tokens=len(s.req.prompt_ids), completion_tokens=len(s.output))
+
+    def _retire(self, s: _Seq) -> None:
+        self.active.pop(s.req.id, None)
+        s.kv.free()
+        if s.drafter is not None:
+            s.drafter.end(s.output)
+        if self.on_finish is not None:
+            self.on_finish(s)
+
+
+def _logprobs(logits: torch.Tensor, tokens: list[int], top: int) -> list[TokenLogprob]:
+    """Raw model log-probabilities (log_softmax of the untempered logits, as vLLM's
+    default) of each emitted token, with the ``top`` most likely alternatives."""
+    lp = torch.log_softmax(logits.float(), dim=-1)  # [n, V]
+    chosen = lp.gather(-1, torch.tensor(tokens).view(-1, 1)).view(-1).tolist()
+    out = []
+    if top > 0:
+        vals, idx = lp.topk(top, dim=-1)
+        tops = [list(zip(i.tolist(), v.tolist())) for v, i in zip(vals, idx)]
+    else:
+        tops = [[] for _ in tokens]
+    for t, c, tp in zip(tokens, chosen, tops):
+        out.append(TokenLogprob(token_id=t, logprob=c, top=tp))
+    return out

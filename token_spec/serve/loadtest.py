@@ -1,0 +1,261 @@
+"""``token_spec loadtest``: throughput and latency of ``token_spec serve`` under concurrent clients.
+
+For each method (``none`` = no speculation, and each ``--speculative`` method) a
+server is started as its own process (``python -m token_spec serve ...`` on a free
+127.0.0.1 port; waits for ``/health``), so client and server do not share a GIL.
+For each concurrency ``c`` in ``--clients`` (default 1,4,16), ``c`` clients each
+send ``--requests`` streaming chat requests back to back (greedy, ``--max-tokens``,
+prompts from ``token_spec.prompts`` code and agent domains, round robin). Methods run
+interleaved per concurrency level (all servers stay up), so machine load hits them
+alike. Reported per (method, c): throughput (completion tokens / wall s), requests/s,
+mean and p50/p90 request latency, mean time to first token, mean acceptance length
+from ``/metrics`` deltas. Writes ``loadtest.json`` and ``loadtest.png`` into ``--out``.
+
+Example: ``token_spec loadtest --out loadtest-out --clients 1,4,16 --requests 2 --max-tokens 32``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["add_parser", "main", "run_loadtest", "format_table", "plot", "parse_metrics"]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("loadtest", help="throughput/latency of token_spec serve at 1, 4, 16 clients",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="folder for loadtest.json and loadtest.png")
+    p.add_argument("--clients", default="1,4,16", help="comma list of concurrency levels (default 1,4,16)")
+    p.add_argument("--requests", type=int, default=2, help="requests per client and level (default 2)")
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="repeat the sweep (method order rotated each time); the table shows medians (default 1)")
+    p.add_argument("--methods", default="none,ngram", help="comma list of --speculative methods (default none,ngram)")
+    p.add_argument("--gamma", type=int, default=4)
+    p.add_argument("--max-rows", type=int, default=16)
+    p.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto")
+    p.add_argument("--threads", type=int, default=1)
+    p.set_defaults(func=main)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> {series (name{labels}): value}; counters read with or without ``_total``."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        try:
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def counter(metrics: dict[str, float], name: str) -> float:
+    """Sum of a counter's series over labels (vLLM's ``name_total`` or bare ``name``)."""
+    total = 0.0
+    for key, value in metrics.items():
+        base = key.split("{", 1)[0]
+        if base in (name, name + "_total"):
+            total += value
+    return total
+
+
+class _ServerProcess:
+    def __init__(self, method: str, args) -> None:
+        self.port = _free_port()
+        self.method = method
+        cmd = [sys.executable, "-m", "token_spec", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+               "--speculative", method, "--gamma", str(args.gamma), "--served-model-name", "m",
+               "--max-rows", str(args.max_rows), "--dtype", args.dtype, "--threads", str(args.threads)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server {self.method} exited: {self.proc.stderr.read().decode()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"server {self.method} not ready after {timeout} s")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stderr.close()
+
+
+async def _one_request(client, url: str, messages, max_tokens: int) -> dict:
+    t0 = time.perf_counter()
+    ttft, tokens = None, 0
+    body = {"model": "m", "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    async with client.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("choices") and chunk["choices"][0]["delta"].get("content") and ttft is None:
+                ttft = time.perf_counter() - t0
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    return {"latency_s": time.perf_counter() - t0, "ttft_s": ttft, "tokens": tokens}
+
+
+async def _level(url: str, clients: int, requests: int, max_tokens: int, prompts) -> dict:
+    import anyio
+    import httpx
+
+    results: list[dict] = []
+    limits = httpx.Limits(max_connections=clients + 2)
+    async with httpx.AsyncClient(limits=limits) as client:
+        async def worker(i: int) -> None:
+            for j in range(requests):
+                messages = prompts[(i * requests + j) % len(prompts)]
+                results.append(await _one_request(client, url, messages, max_tokens))
+
+        t0 = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for i in range(clients):
+                tg.start_soon(worker, i)
+        wall = time.perf_counter() - t0
+    lat = sorted(r["latency_s"] for r in results)
+    ttfts = [r["ttft_s"] for r in results if r["ttft_s"] is not None]
+    tokens = sum(r["tokens"] for r in results)
+    return {"clients": clients, "requests": len(results), "tokens": tokens, "wall_s": wall,
+            "tokens_per_s": tokens / wall, "requests_per_s": len(results) / wall,
+            "latency_mean_s": statistics.fmean(lat), "latency_p50_s": lat[len(lat) // 2],
+            "latency_p90_s": lat[min(len(lat) - 1, int(0.9 * len(lat)))],
+            "ttft_mean_s": statistics.fmean(ttfts) if ttfts else None}
+
+
+def run_loadtest(args) -> dict:
+    import anyio
+    import httpx
+
+    from ..prompts import prompts_for
+
+    levels = [int(c) for c in args.clients.split(",") if c]
+    methods = [m for m in args.methods.split(",") if m]
+    prompts = prompts_for("code") + prompts_for("agent")
+    servers = {m: _ServerProcess(m, args) for m in methods}
+    rows = []
+    try:
+        for s in servers.values():
+            s.wait_ready()
+        for s in servers.values():  # warm-up request per server
+            anyio.run(_level, s.url, 1, 1, 8, prompts)
+        for rep, (li, c) in ((r, x) for r in range(args.repeats) for x in enumerate(levels)):
+            shift = (li + rep) % len(methods)
+            order = methods[shift:] + methods[:shift]
+            for m in order:
+                s = servers[m]
+                before = parse_metrics(httpx.get(s.url + "/metrics").text)
+                row = anyio.run(_level, s.url, c, args.requests, args.max_tokens, prompts)
+                after = parse_metrics(httpx.get(s.url + "/metrics").text)
+                drafts = counter(after, "vllm:spec_decode_num_drafts") - counter(before, "vllm:spec_decode_num_drafts")
+                acc = (counter(after, "vllm:spec_decode_num_accepted_tokens")
+                       - counter(before, "vllm:spec_decode_num_accepted_tokens"))
+                row.update(method=m, repeat=rep, mean_acceptance_length=(1 + acc / drafts) if drafts else None,
+                           drafts=drafts)
+                rows.append(row)
+                print(f"  {m:>6} c={c:<3} {row['tokens_per_s']:7.2f} tok/s  latency {row['latency_mean_s']:6.2f} s",
+                      file=sys.stderr)
+    finally:
+        for s in servers.values():
+            s.stop()
+    return {"config": {k: v for k, v in vars(args).items() if k != "func"}, "rows": _medians(rows), "runs": rows,
+            "environment": {"cpus": os.cpu_count(),
+                            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None}}
+
+
+def _medians(runs: list[dict]) -> list[dict]:
+    """One row per (method, clients): the median of each figure over the repeats."""
+    out = []
+    keys = list(dict.fromkeys((r["method"], r["clients"]) for r in runs))
+    for m, c in keys:
+        rs = [r for r in runs if r["method"] == m and r["clients"] == c]
+        row = {"method": m, "clients": c, "repeats": len(rs)}
+        for k in ("tokens_per_s", "requests_per_s", "latency_mean_s", "latency_p50_s", "latency_p90_s",
+                  "ttft_mean_s", "mean_acceptance_length"):
+            vals = [r[k] for r in rs if r[k] is not None]
+            row[k] = statistics.median(vals) if vals else None
+        row["drafts"] = sum(r["drafts"] for r in rs)
+        out.append(row)
+    return sorted(out, key=lambda r: (r["clients"], r["method"]))
+
+
+def format_table(result: dict) -> str:
+    head = (f"{'method':<8} {'clients':>7} {'tok/s':>8} {'req/s':>7} {'lat mean':>9} {'lat p50':>8} "
+            f"{'lat p90':>8} {'ttft':>7} {'tau':>5}")
+    lines = [head, "-" * len(head)]
+    for r in result["rows"]:
+        tau = "-" if r["mean_acceptance_length"] is None else f"{r['mean_acceptance_length']:.2f}"
+        ttft = "-" if r["ttft_mean_s"] is None else f"{r['ttft_mean_s']:.2f}"
+        lines.append(f"{r['method']:<8} {r['clients']:>7} {r['tokens_per_s']:8.2f} {r['requests_per_s']:7.3f} "
+                     f"{r['latency_mean_s']:9.2f} {r['latency_p50_s']:8.2f} {r['latency_p90_s']:8.2f} {ttft:>7} {tau:>5}")
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for m in methods:
+        rs = sorted((r for r in rows if r["method"] == m), key=lambda r: r["clients"])
+        xs = [r["clients"] for r in rs]
+        a1.plot(xs, [r["tokens_per_s"] for r in rs], marker="o", label=m)
+        a2.plot(xs, [r["latency_mean_s"] for r in rs], marker="o", label=m)
+    for ax, title in ((a1, "throughput (completion tok/s)"), (a2, "mean request latency (s)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent clients")
+        ax.set_title(title)
+        ax.legend()
+    fig.suptitle("token_spec serve, SmolLM2-135M on CPU (shared machine)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = run_loadtest(args)
+    result["command"] = "token_spec " + " ".join(sys.argv[1:])
+    (out / "loadtest.json").write_text(json.dumps(result, indent=1))
+    plot(result, out / "loadtest.png")
+    print(format_table(result))
+    print(f"\nwrote {out / 'loadtest.json'} and {out / 'loadtest.png'}")
+    return 0

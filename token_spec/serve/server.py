@@ -1,0 +1,144 @@
+"""Assemble a server from a configuration, and run it (uvicorn), in the foreground or in a thread.
+
+``ServeConfig`` holds the start-up choices (method, γ, acceptance, attention, dtype,
+rows per pass). ``build(config, target)`` returns the Starlette app around a fresh
+``BatchEngine`` over ``BatchedLM(target.model)``; ``running(app)`` serves it on an
+ephemeral 127.0.0.1 port in a background thread for the duration of a ``with`` block
+(tests, the load test and the audit's README runs), and shuts uvicorn down cleanly.
+"""
+
+from __future__ import annotations
+
+import copy
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ServeConfig", "build", "running", "SPECULATIVE_METHODS", "make_drafter_factory"]
+
+SPECULATIVE_METHODS = ("ngram", "suffix", "draft", "none")
+
+
+@dataclass
+class ServeConfig:
+    model_name: str = "smollm2-135m-instruct"
+    speculative: str = "ngram"
+    gamma: int = 4
+    acceptance: str = "strict"
+    relaxed_threshold: float = 0.1
+    attention: str = "exact"
+    dtype: str = "auto"
+    max_rows: int = 16
+    max_seqs: int = 32
+    default_max_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        if self.speculative not in SPECULATIVE_METHODS:
+            raise ValueError(f"--speculative must be one of {SPECULATIVE_METHODS}, got {self.speculative!r}")
+        if self.acceptance not in ("strict", "relaxed"):
+            raise ValueError(f"--acceptance must be 'strict' or 'relaxed', got {self.acceptance!r}")
+        if self.gamma < 0:
+            raise ValueError(f"--gamma must be >= 0, got {self.gamma}")
+        if self.max_rows < 1 or self.max_seqs < 1 or self.default_max_tokens < 1:
+            raise ValueError("--max-rows, --max-seqs and --default-max-tokens must be >= 1")
+        if not 0.0 < self.relaxed_threshold <= 1.0:
+            raise ValueError(f"--relaxed-threshold must be in (0, 1], got {self.relaxed_threshold}")
+        if self.acceptance == "relaxed" and self.speculative == "none":
+            raise ValueError("--acceptance relaxed needs a drafter (--speculative ngram|suffix|draft)")
+
+
+class _SuffixView:
+    """One request's view of a shared ``SuffixDrafter``: its own context index, the
+    shared corpus of earlier outputs (read only), and ``end`` feeding the shared one."""
+
+    def __init__(self, shared) -> None:
+        self.shared = shared
+        self.name = shared.name
+        self.view = copy.copy(shared)
+
+    def begin(self, prompt_ids) -> None:
+        self.view = copy.copy(self.shared)  # shares the corpus; begin() gives it a fresh context
+        self.view.begin(prompt_ids)
+
+    def propose(self, context, k, params, generator):
+        return self.view.propose(context, k, params, generator)
+
+    def end(self, output_ids) -> None:
+        self.shared.end(output_ids)
+
+
+def make_drafter_factory(method: str, target: Any):
+    """A callable giving each request a fresh drafter, or None for ``none``."""
+    from ..drafters import ModelDrafter, NgramDrafter, SuffixDrafter
+
+    if method == "none":
+        return None
+    if method == "ngram":
+        return NgramDrafter
+    if method == "suffix":
+        shared = SuffixDrafter()
+        return lambda: _SuffixView(shared)
+    if method == "draft":
+        from ..draft_model import load_draft
+
+        lm = load_draft(target.model)
+        return lambda: ModelDrafter(lm, confidence=0.4, name="draft")
+    raise ValueError(f"unknown speculative method {method!r}; choose from {SPECULATIVE_METHODS}")
+
+
+def build(config: ServeConfig, target: Any = None):
+    """The app for ``config`` over ``target`` (loaded with ``load_target()`` when None)."""
+    import torch
+
+    from .app import ServerInfo, build_app
+    from .batched import BatchedLM
+    from .engine import BatchEngine
+
+    if target is None:
+        from ..target import load_target
+
+        target = load_target()
+    lm = BatchedLM(target.model, dtype=config.dtype, attention=config.attention)
+    engine = BatchEngine(
+        lm, target.tokenizer, getattr(target, "eos_ids", (target.eos_id,)),
+        drafter_factory=make_drafter_factory(config.speculative, target), gamma=config.gamma,
+        max_rows=config.max_rows, max_seqs=config.max_seqs, acceptance=config.acceptance,
+        relaxed_threshold=config.relaxed_threshold,
+    )
+    info = ServerInfo(model_name=config.model_name, speculative=config.speculative, gamma=config.gamma,
+                      acceptance=config.acceptance, attention=config.attention,
+                      dtype="bf16" if lm.dtype == torch.bfloat16 else "fp32",
+                      default_max_tokens=config.default_max_tokens)
+    return build_app(engine, target.tokenizer, info, encode_chat=target.encode, encode_text=target.encode)
+
+
+@contextmanager
+def running(app, host: str = "127.0.0.1", *, startup_timeout: float = 60.0) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on an ephemeral port in a thread; yield its base URL
+    (``http://host:port``). The server is shut down (and the thread joined) on exit."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", ws="none",
+                            loop="asyncio", http="h11", timeout_graceful_shutdown=10)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while not server.started:  # readiness wait (uvicorn offers no event to wait on)
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the server on port {port} did not start")
+            time.sleep(0.02)
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+        sock.close()
