@@ -39,8 +39,8 @@ def add_serve_options(p: argparse.ArgumentParser) -> None:
 def add_subcommands(sub) -> None:
     s = sub.add_parser("serve", help="OpenAI-compatible speculative server with continuous batching",
                        description=__doc__.split("\n\n")[0])
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 = any free port)")
     s.add_argument("--served-model-name", default="smollm2-135m-instruct", help="the model id clients send")
     s.add_argument("--default-max-tokens", type=int, default=256, help="max_tokens when a request gives none")
     add_serve_options(s)

@@ -35,14 +35,14 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, help="folder for loadtest.json and loadtest.png")
     p.add_argument("--clients", default="1,4,16", help="comma list of concurrency levels (default 1,4,16)")
     p.add_argument("--requests", type=int, default=2, help="requests per client and level (default 2)")
-    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--max-tokens", type=int, default=32, help="new tokens per request (default 32)")
     p.add_argument("--repeats", type=int, default=1,
                    help="repeat the sweep (method order rotated each time); the table shows medians (default 1)")
     p.add_argument("--methods", default="none,ngram", help="comma list of --speculative methods (default none,ngram)")
-    p.add_argument("--gamma", type=int, default=4)
-    p.add_argument("--max-rows", type=int, default=16)
-    p.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--gamma", type=int, default=4, help="draft length of the speculative servers (default 4)")
+    p.add_argument("--max-rows", type=int, default=16, help="rows per forward pass (default 16)")
+    p.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto", help="weights and activations (default auto: bf16 where the CPU has it)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per server (default 1)")
     p.set_defaults(func=main)
 
 
