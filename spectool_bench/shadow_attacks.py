@@ -28,12 +28,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 
 import anyio
+
+
+def _peak_rss_kb() -> int:
+    """This process's peak RSS in KiB (VmHWM; ``ru_maxrss`` survives fork and exec, so a
+    child would start at its parent's size)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 ATTACKS = {
     "crash": "t = ()\nfor i in range(300000):\n    t = (t,)\nh = {t: 1}\nbroken = (\n",
@@ -78,7 +87,7 @@ async def _child(shadow: str, attack: str) -> dict:
                 while not any(w.readied for w in pool._idle):
                     await spectool.Runtime([], mode="spec", shadow_pool=pool).run_cell("x = 1")
         base = await spectool.Runtime([], mode="baseline").run(stream())
-        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        rss0 = _peak_rss_kb()
         cpu0 = time.process_time()
         t0 = time.perf_counter()
         async with anyio.create_task_group() as tg:
@@ -93,7 +102,7 @@ async def _child(shadow: str, attack: str) -> dict:
         out.update(
             stall_ms=stall[0] * 1000, wall_s=wall, t_exec_s=res.stats.t_exec,
             base_t_exec_s=base.stats.t_exec, host_cpu_s=cpu, cpu_after_turn_s=after,
-            rss_growth_mb=(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024,
+            rss_growth_mb=(_peak_rss_kb() - rss0) / 1024,
             equal=(res.stdout, type(res.error).__name__, res.namespace)
             == (base.stdout, type(base.error).__name__, base.namespace),
             shadow_events=sorted({e.kind for e in res.trace.events
@@ -340,7 +349,7 @@ async def _scale_case(n: int, shadow: str, pool_size: int | None) -> dict:
         return {"n": n, "shadow": shadow, "pool": pool_size or "-", "wall_s": wall,
                 "hits": sum(r.stats.hits for r in results),
                 "unavailable": unavailable,
-                "host_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "host_rss_mb": _peak_rss_kb() / 1024,
                 "total_rss_mb": peak_total[0] / 1024}
     finally:
         if pool is not None:

@@ -13,7 +13,6 @@ never printing.
 from __future__ import annotations
 
 import json
-import resource
 import sys
 
 import anyio
@@ -61,7 +60,13 @@ async def stream(text: str, *gates: anyio.Event):
 
 
 def rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak RSS (VmHWM). Not ``ru_maxrss``: Linux carries that across
+    fork and exec, so a child of a large pytest process would start at its parent's size."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 async def main(shadow: str, attack: str) -> dict:
@@ -114,6 +119,7 @@ async def main(shadow: str, attack: str) -> dict:
                 tg.start_soon(worker_busy if shadow == "process" else timer)
             res = await rt.run(stream(cell(attack), *gates))
         out["rss_growth_mb"] = rss_mb() - before
+        out["rss_before_mb"] = before
         base = await spectool.Runtime([q], mode="baseline",
                                       namespace={"context": "ctx"}).run(stream(cell(attack)))
         out["spec"] = [type(res.error).__name__, res.namespace, res.stdout]

@@ -77,7 +77,8 @@ def test_shadow_memory_stays_out_of_the_host(backend):
 def test_negative_control_the_memory_attack_bloats_an_in_process_shadow_host():
     proc = run_host("thread", "memory", "asyncio")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["rss_growth_mb"] > 250
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["rss_growth_mb"] > 250, out
 
 
 # -- the worker's hard limits (contention, file descriptors, memory) -------------------
