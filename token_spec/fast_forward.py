@@ -140,10 +140,10 @@ class FastLlama:
                     gu = Dense(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), dtype)
                     down = Dense(mlp.down_proj.weight, dtype)
                 self.layers.append((
-                    layer.input_layernorm.weight.detach().to(dtype).contiguous(), qkv, o,
-                    layer.post_attention_layernorm.weight.detach().to(dtype).contiguous(), gu, down,
+                    layer.input_layernorm.weight.detach().float().contiguous(), qkv, o,
+                    layer.post_attention_layernorm.weight.detach().float().contiguous(), gu, down,
                 ))
-            self.norm = m.norm.weight.detach().to(dtype).contiguous()
+            self.norm = m.norm.weight.detach().float().contiguous()  # norms scale in fp32
             self._head = Dense(self.lm_head, dtype)
         # RoPE tables as HF Llama builds them: angles in fp32, cos/sin cast to the dtype.
         inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
@@ -194,7 +194,7 @@ class FastLlama:
     # -- the forward --------------------------------------------------------------------
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         # y = w * x / sqrt(mean(x^2) + eps), the mean over one row's hidden size, in fp32
-        return w * F.rms_norm(x.float(), (self.hidden,), None, self.eps).to(self.dtype)
+        return F.rms_norm(x.float(), (self.hidden,), w, self.eps).to(self.dtype)
 
     def _rotate(self, t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         # RoPE, HF's rotate_half convention: t*cos + [-t2, t1]*sin
@@ -225,9 +225,10 @@ class FastLlama:
         # keys <= start + r (causal), everything else masked to -inf.
         kend = min(cache.capacity, -(-(start + aw) // self.key_block) * self.key_block)
         key_pos = torch.arange(kend)
-        mask = torch.zeros(aw, kend, dtype=torch.float32)
+        # additive mask in the compute dtype (0 and -inf are exact in bf16), per kv group
+        mask = torch.zeros(aw, kend, dtype=self.dtype)
         mask.masked_fill_(key_pos[None, :] > pos[:, None], float("-inf"))
-        mask = mask[None, None]  # [1, 1, aw, kend] over (kv head, group)
+        mask = mask.repeat(g, 1)[None]  # [1, g*aw, kend]: the g query heads of a kv head, stacked
         qpad = torch.zeros(self.n_heads, aw - gw, hd, dtype=self.dtype) if aw > gw else None
 
         x = F.embedding(rows, self.embed)  # [gw, H]
@@ -261,10 +262,10 @@ class FastLlama:
                 att = att[:, :gw].transpose(0, 1).reshape(gw, q_dim)
             else:
                 qg = q.reshape(nkv, g * aw, hd)  # heads of one kv group stacked: [kv, g*aw, hd]
-                scores = torch.matmul(qg, keys.transpose(1, 2)).float().view(nkv, g, aw, kend)
-                scores = scores * self.scale + mask
-                probs = torch.softmax(scores, dim=-1).to(self.dtype).view(nkv, g * aw, kend)
-                att = torch.matmul(probs, vals)  # [kv, g*aw, hd]
+                # scores = mask + (q k^T) * 2^-3: scaling by a power of two is exact
+                scores = torch.baddbmm(mask, qg, keys.transpose(1, 2), alpha=self.scale)
+                probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)  # fp32 softmax
+                att = torch.bmm(probs, vals)  # [kv, g*aw, hd]
                 att = att.view(self.n_heads, aw, hd)[:, :gw].transpose(0, 1).reshape(gw, q_dim)
             x = x + w_o(att)
             h = self._rms(x, w_post)
