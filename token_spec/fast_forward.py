@@ -126,9 +126,17 @@ class FastLlama:
         m = hf_model.model
         with torch.no_grad():
             self.embed = m.embed_tokens.weight.detach().to(dtype).contiguous()  # [V, H]
-            lm_head = hf_model.get_output_embeddings().weight.detach()
-            self.lm_head = self.embed if lm_head.data_ptr() == m.embed_tokens.weight.data_ptr() \
-                else lm_head.to(dtype).contiguous()
+            head = hf_model.get_output_embeddings()
+            # A draft's SubsetHead (token_spec.draft_model) scores only `vocab_ids`; every
+            # other token gets -inf. Otherwise the head is the (tied) embedding.
+            self.head_ids = getattr(head, "vocab_ids", None)
+            if self.head_ids is not None:
+                self.head_ids = self.head_ids.long()
+                self.lm_head = head.weight.detach()[self.head_ids].to(dtype).contiguous()
+            elif head.weight.data_ptr() == m.embed_tokens.weight.data_ptr():
+                self.lm_head = self.embed
+            else:
+                self.lm_head = head.weight.detach().to(dtype).contiguous()
             self.layers = []
             for i, layer in enumerate(m.layers):
                 a, mlp = layer.self_attn, layer.mlp
@@ -189,7 +197,14 @@ class FastLlama:
 
     # -- sessions -----------------------------------------------------------------------
     def session(self) -> FastSession:
+        """An empty KV cache (length 0)."""
         return FastSession(self)
+
+    def start(self, prompt_ids: Sequence[int] | torch.Tensor) -> FastSession:
+        """``CausalLM.start``: prefill ``prompt_ids`` (may be empty) into a new session."""
+        session = FastSession(self)
+        session.prefill(prompt_ids)
+        return session
 
     # -- the forward --------------------------------------------------------------------
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -278,6 +293,10 @@ class FastLlama:
             logits = F.linear(self._rms(x[n - keep : n], self.norm), self.lm_head)
         else:  # padded: the head (a GEMM) runs on all gw rows, so row i never depends on `keep`
             logits = F.linear(self._rms(x, self.norm), self.lm_head)[n - keep : n]
+        if self.head_ids is not None:  # subset head: full-width rows, -inf outside the subset
+            full = logits.new_full((keep, self.vocab_size), float("-inf"), dtype=torch.float32)
+            full[:, self.head_ids] = logits.float()
+            return full
         return logits.float()
 
 

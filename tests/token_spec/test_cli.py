@@ -19,20 +19,27 @@ def test_parser_defaults_and_flags():
 def test_bench_tiny_run_writes_json_and_png(target, tmp_path, capsys):
     out = tmp_path / "bench"
     rc = main(["bench", "--out", str(out), "--max-tokens", "6", "--repeats", "1", "--domains", "code",
-               "--prompts", "1", "--drafters", "ngram,suffix", "--gamma", "3"])
+               "--prompts", "1", "--drafters", "ngram,suffix", "--gamma", "3", "--targets", "fp32",
+               "--hf-methods", "greedy,prompt_lookup", "--llamacpp", "off", "--threads", "1"])
     assert rc == 0
     result = json.loads((out / "bench.json").read_text())
     methods = {r["method"] for r in result["rows"]}
-    assert {"vanilla", "spec:ngram", "spec:suffix", "hf:greedy", "hf:prompt_lookup"} <= methods
+    assert {"fp32:vanilla", "fp32:spec:ngram", "fp32:spec:suffix", "hf-fp32:greedy", "hf-fp32:prompt_lookup"} <= methods
     for row in result["rows"]:
-        assert row["domain"] == "code" and row["tokens"] > 0 and row["tokens_per_s"] > 0
-        # greedy: every method reproduces vanilla's tokens on this prompt
+        assert row["domain"] == "code" and row["tokens"] > 0 and row["tokens_per_s"] > 0 and row["threads"] == 1
+        assert row["prefill_ms"] > 0 and row["decode_tokens_per_s"] > 0
+        # greedy: every method reproduces its own engine's vanilla tokens on this prompt
         assert row["identical"] is True
-    vanilla = next(r for r in result["rows"] if r["method"] == "vanilla")
+    vanilla = next(r for r in result["rows"] if r["method"] == "fp32:vanilla")
     assert vanilla["speedup"] == pytest.approx(1.0)
-    spec = next(r for r in result["rows"] if r["method"] == "spec:ngram")
+    spec = next(r for r in result["rows"] if r["method"] == "fp32:spec:ngram")
     assert spec["counters"]["num_emitted_tokens"] == spec["tokens"]
     assert result["command"].startswith("token_spec bench")
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
     assert "spec:ngram" in printed and "tok/s" in printed and "bench.json" in printed
+
+
+def test_unknown_target_configuration_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="unknown target configuration"):
+        main(["bench", "--out", str(tmp_path), "--targets", "fp16", "--llamacpp", "off"])
