@@ -26,7 +26,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from .gamma import AdaptiveGamma, FixedGamma, GammaPolicy  # noqa: E402
+from .gamma import AdaptiveGamma, CostAwareGamma, FixedGamma, GammaPolicy  # noqa: E402
 from .relaxed import RelaxedResult, RelaxedVerifier, verify_relaxed  # noqa: E402
 from .rounds import speculative_ids, vanilla_ids  # noqa: E402
 from .sampler import verify  # noqa: E402
@@ -76,6 +76,7 @@ __all__ = [
     "GammaPolicy",
     "FixedGamma",
     "AdaptiveGamma",
+    "CostAwareGamma",
     "verify_relaxed",
     "RelaxedVerifier",
     "RelaxedResult",

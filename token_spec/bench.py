@@ -64,6 +64,8 @@ def add_arguments(b) -> None:
     b.add_argument("--draft-confidence", type=float, default=0.4,
                    help="draft model: stop drafting where its top probability < this (HF's default 0.4; 0 = off)")
     b.add_argument("--adaptive", action="store_true", help="adaptive gamma (HF heuristic) instead of fixed")
+    b.add_argument("--cost-aware", action="store_true",
+                   help="gamma = CostAwareGamma with this target's measured pass costs (drafters without :G)")
     b.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--hf", default="auto",
@@ -257,9 +259,15 @@ def _build_methods(args, params) -> tuple[dict, dict, object]:
     from .draft_model import load_draft
     from .engine import SpeculativeDecoder, VanillaDecoder
     from .fast_forward import FastLlama
-    from .gamma import AdaptiveGamma, FixedGamma
+    from .gamma import AdaptiveGamma, CostAwareGamma, FixedGamma, measure_pass_costs
 
-    def policy(gamma: int | None = None):
+    costs = {}
+
+    def policy(gamma: int | None = None, target=None):
+        if getattr(args, "cost_aware", False) and gamma is None:
+            if id(target) not in costs:
+                costs[id(target)] = measure_pass_costs(target)
+            return CostAwareGamma(costs=costs[id(target)])
         gamma = args.gamma if gamma is None else gamma
         return AdaptiveGamma(initial=gamma, max_gamma=max(15, gamma)) if args.adaptive else FixedGamma(gamma)
 
@@ -280,7 +288,7 @@ def _build_methods(args, params) -> tuple[dict, dict, object]:
         for spec in drafters:
             name, _, g = spec.partition(":")
             dec = SpeculativeDecoder(target, _drafter(name, target, draft_lm, args),
-                                     gamma_policy=policy(int(g) if g else None))
+                                     gamma_policy=policy(int(g) if g else None, target))
             methods[f"{cfg}:spec:{spec}"] = Ours(dec, params)
             reference[f"{cfg}:spec:{spec}"] = f"{cfg}:vanilla"
         dt = "bf16" if target.dtype == torch.bfloat16 else "fp32"
