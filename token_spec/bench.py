@@ -336,8 +336,13 @@ def run_bench(args) -> dict:
     cells: dict[tuple[str, int, str], Cell] = {}
     runs = []
     default_threads = torch.get_num_threads()
+    # Cross-request drafters start every thread count from their initial memory: a second
+    # pass over the same prompts must not look up the answers of the first.
+    initial = {m: copy.deepcopy(fn.decoder.drafter) for m, fn in methods.items() if isinstance(fn, Ours)}
     for nt in threads:
         torch.set_num_threads(nt if nt > 0 else default_threads)
+        for m, d in initial.items():
+            methods[m].decoder.drafter = copy.deepcopy(d)
         ms = dict(methods)
         refs = dict(reference)
         if use_llama:
