@@ -338,7 +338,8 @@ def run_bench(args) -> dict:
     default_threads = torch.get_num_threads()
     # Cross-request drafters start every thread count from their initial memory: a second
     # pass over the same prompts must not look up the answers of the first.
-    initial = {m: copy.deepcopy(fn.decoder.drafter) for m, fn in methods.items() if isinstance(fn, Ours)}
+    initial = {m: copy.deepcopy(fn.decoder.drafter) for m, fn in methods.items()
+               if isinstance(fn, Ours) and hasattr(fn.decoder, "drafter")}
     for nt in threads:
         torch.set_num_threads(nt if nt > 0 else default_threads)
         for m, d in initial.items():
