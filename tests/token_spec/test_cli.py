@@ -43,3 +43,18 @@ def test_bench_tiny_run_writes_json_and_png(target, tmp_path, capsys):
 def test_unknown_target_configuration_is_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown target configuration"):
         main(["bench", "--out", str(tmp_path), "--targets", "fp16", "--llamacpp", "off"])
+
+
+def test_suffix_memory_restarts_for_every_thread_count(target, tmp_path):
+    """The second thread-count pass must not look up the answers of the first (nor the
+    warm-up's): with the reset, both passes draft and accept exactly the same tokens."""
+    out = tmp_path / "bench"
+    rc = main(["bench", "--out", str(out), "--max-tokens", "24", "--repeats", "1", "--domains", "code",
+               "--prompts", "1", "--drafters", "suffix", "--targets", "fp32", "--hf", "none",
+               "--llamacpp", "off", "--threads", "1,0"])
+    assert rc == 0
+    rows = [r for r in json.loads((out / "bench.json").read_text())["rows"] if r["method"] == "fp32:spec:suffix"]
+    assert sorted(r["threads"] for r in rows) == [0, 1]
+    first, second = (r["counters"] for r in sorted(rows, key=lambda r: -r["threads"]))
+    assert first["num_accepted_tokens"] == second["num_accepted_tokens"]
+    assert first["num_draft_tokens"] == second["num_draft_tokens"]
