@@ -17,8 +17,10 @@ How the invariance is kept (each point is tested bitwise in
   1536-wide down projection takes another kernel for a single row; fp32 needs 4, MKL
   takes GEMV / small-M paths below that), or always ``PAD_WIDTH`` with
   ``pad_mode="full"``. Dummy rows' results are dropped.
-* Attention: each query row's softmax and value sum run over the cached keys of the
-  pass, with the row's future positions masked to ``-inf`` (exp = exactly 0). The
+* Attention: the queries of a short pass are padded to ``PAD_WIDTH`` rows, so every
+  pass runs its attention matmuls at one shape. Each query row's softmax and value sum
+  run over the cached keys of the pass, with the row's future positions masked to
+  ``-inf`` (exp = exactly 0). The
   key length of the pass is rounded up to a multiple of ``KEY_BLOCK``, with masked
   keys past the end, so passes that contain the same position mostly see the same
   key length; a different length only appends exact zeros to the reductions.
@@ -45,7 +47,7 @@ import torch.nn.functional as F
 __all__ = ["FastLlama", "FastSession", "Dense", "PAD_WIDTH", "KEY_BLOCK", "supports_bf16", "default_dtype",
            "row_invariant_width"]
 
-PAD_WIDTH = 16  # every pass of 1..PAD_WIDTH new tokens runs at exactly this many rows
+PAD_WIDTH = 16  # widest exact pass; attention always runs at this many query rows
 KEY_BLOCK = 64  # key length of a pass is rounded up to a multiple of this (masked tail)
 _GROW = 1024  # the KV cache grows in steps of this many positions
 
@@ -210,12 +212,6 @@ class FastLlama:
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         # y = w * x / sqrt(mean(x^2) + eps), the mean over one row's hidden size, in fp32
         return F.rms_norm(x.float(), (self.hidden,), w, self.eps).to(self.dtype)
-
-    def _rotate(self, t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        # RoPE, HF's rotate_half convention: t*cos + [-t2, t1]*sin
-        half = self.head_dim // 2
-        rot = torch.cat([-t[..., half:], t[..., :half]], dim=-1)
-        return t * cos + rot * sin
 
     def forward(self, cache: FastSession, ids: torch.Tensor, logits_rows: int | None = None) -> torch.Tensor:
         """ids [n] at positions cache.length.. -> logits [rows, V] in fp32 (the last
