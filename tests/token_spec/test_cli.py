@@ -19,20 +19,42 @@ def test_parser_defaults_and_flags():
 def test_bench_tiny_run_writes_json_and_png(target, tmp_path, capsys):
     out = tmp_path / "bench"
     rc = main(["bench", "--out", str(out), "--max-tokens", "6", "--repeats", "1", "--domains", "code",
-               "--prompts", "1", "--drafters", "ngram,suffix", "--gamma", "3"])
+               "--prompts", "1", "--drafters", "ngram,suffix", "--gamma", "3", "--targets", "fp32",
+               "--hf-methods", "greedy,prompt_lookup", "--llamacpp", "off", "--threads", "1"])
     assert rc == 0
     result = json.loads((out / "bench.json").read_text())
     methods = {r["method"] for r in result["rows"]}
-    assert {"vanilla", "spec:ngram", "spec:suffix", "hf:greedy", "hf:prompt_lookup"} <= methods
+    assert {"fp32:vanilla", "fp32:spec:ngram", "fp32:spec:suffix", "hf-fp32:greedy", "hf-fp32:prompt_lookup"} <= methods
     for row in result["rows"]:
-        assert row["domain"] == "code" and row["tokens"] > 0 and row["tokens_per_s"] > 0
-        # greedy: every method reproduces vanilla's tokens on this prompt
+        assert row["domain"] == "code" and row["tokens"] > 0 and row["tokens_per_s"] > 0 and row["threads"] == 1
+        assert row["prefill_ms"] > 0 and row["decode_tokens_per_s"] > 0
+        # greedy: every method reproduces its own engine's vanilla tokens on this prompt
         assert row["identical"] is True
-    vanilla = next(r for r in result["rows"] if r["method"] == "vanilla")
+    vanilla = next(r for r in result["rows"] if r["method"] == "fp32:vanilla")
     assert vanilla["speedup"] == pytest.approx(1.0)
-    spec = next(r for r in result["rows"] if r["method"] == "spec:ngram")
+    spec = next(r for r in result["rows"] if r["method"] == "fp32:spec:ngram")
     assert spec["counters"]["num_emitted_tokens"] == spec["tokens"]
     assert result["command"].startswith("token_spec bench")
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
     assert "spec:ngram" in printed and "tok/s" in printed and "bench.json" in printed
+
+
+def test_unknown_target_configuration_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="unknown target configuration"):
+        main(["bench", "--out", str(tmp_path), "--targets", "fp16", "--llamacpp", "off"])
+
+
+def test_suffix_memory_restarts_for_every_thread_count(target, tmp_path):
+    """The second thread-count pass must not look up the answers of the first (nor the
+    warm-up's): with the reset, both passes draft and accept exactly the same tokens."""
+    out = tmp_path / "bench"
+    rc = main(["bench", "--out", str(out), "--max-tokens", "24", "--repeats", "1", "--domains", "code",
+               "--prompts", "1", "--drafters", "suffix", "--targets", "fp32", "--hf", "none",
+               "--llamacpp", "off", "--threads", "1,0"])
+    assert rc == 0
+    rows = [r for r in json.loads((out / "bench.json").read_text())["rows"] if r["method"] == "fp32:spec:suffix"]
+    assert sorted(r["threads"] for r in rows) == [0, 1]
+    first, second = (r["counters"] for r in sorted(rows, key=lambda r: -r["threads"]))
+    assert first["num_accepted_tokens"] == second["num_accepted_tokens"]
+    assert first["num_draft_tokens"] == second["num_draft_tokens"]

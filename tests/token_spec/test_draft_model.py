@@ -150,7 +150,7 @@ def test_session_rollback_is_exact_on_a_tiny_draft(tmp_path):
 def pair():
     from token_spec.target import load_target
 
-    target = load_target()
+    target = load_target(dtype=torch.float32)  # the draft shares (not copies) an fp32 embedding
     return target, load_draft(target.model)
 
 

@@ -66,3 +66,55 @@ def test_gamma_cannot_see_the_draft(cls):
     # policy knows arrives through update() after a round is verified.
     assert list(inspect.signature(cls().gamma).parameters) == []
     assert list(inspect.signature(cls().update).parameters) == ["proposed", "accepted"]
+
+
+# ---------------------------------------------------------------- CostAwareGamma
+
+
+def test_cost_aware_gamma_drafts_longer_where_verification_is_cheap():
+    from token_spec.gamma import CostAwareGamma
+
+    flat = CostAwareGamma(costs=tuple(1.0 + 0.01 * k for k in range(16)))
+    steep = CostAwareGamma(costs=tuple(1.0 + 0.5 * k for k in range(16)))
+    for policy in (flat, steep):
+        assert isinstance(policy, GammaPolicy)
+        for _ in range(10):
+            policy.update(4, 4)  # every draft accepted: alpha estimate goes up
+    assert flat.gamma() > steep.gamma() >= 1
+    assert flat.gamma() == 15  # nearly free verification + high acceptance: the widest exact pass
+
+
+def test_cost_aware_gamma_shrinks_after_rejections_and_ignores_empty_rounds():
+    from token_spec.gamma import CostAwareGamma
+
+    policy = CostAwareGamma(costs=tuple(1.0 + 0.1 * k for k in range(16)))
+    for _ in range(10):
+        policy.update(4, 4)
+    high = policy.gamma()
+    before = policy.alpha
+    policy.update(0, 0)  # no draft: no evidence
+    assert policy.alpha == before
+    for _ in range(10):
+        policy.update(4, 0)
+    assert policy.gamma() < high and policy.gamma() >= policy.min_gamma
+
+
+def test_cost_aware_gamma_is_decided_from_the_past_only():
+    from token_spec.gamma import CostAwareGamma
+
+    # same interface as every policy: gamma() takes no argument about the coming draft
+    assert list(inspect.signature(CostAwareGamma.gamma).parameters) == ["self"]
+    a, b = CostAwareGamma(), CostAwareGamma()
+    for p, acc in [(4, 2), (3, 3), (5, 0)]:
+        a.update(p, acc)
+        b.update(p, acc)
+    assert a.gamma() == b.gamma()  # a function of the history alone
+
+
+@pytest.mark.parametrize("kwargs", [dict(costs=()), dict(costs=(1.0, -1.0)), dict(min_gamma=5, max_gamma=2),
+                                    dict(decay=0.0)])
+def test_cost_aware_gamma_validation(kwargs):
+    from token_spec.gamma import CostAwareGamma
+
+    with pytest.raises(ValueError):
+        CostAwareGamma(**kwargs)

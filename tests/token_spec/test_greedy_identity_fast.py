@@ -1,0 +1,101 @@
+"""On the fast exact path (bf16; and the Q4_1 weights), greedy speculative decoding emits
+vanilla greedy's tokens on 100+ prompts, for every drafter.
+
+This is the end-to-end consequence of batch invariance (``test_batch_invariance.py``):
+a verify pass of k+1 tokens scores every position bit for bit as a one-token vanilla
+step does, so at temperature 0 the accepted prefix and the bonus token are exactly
+vanilla's argmaxes, at any precision. Drafters are set to draft as often as they can
+(n_min = 1, the draft model without a confidence cut) so that most tokens come out of
+wide verify passes. Short outputs keep it affordable; marked slow.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from token_spec.drafters import ModelDrafter, NgramDrafter, SuffixDrafter
+from token_spec.engine import SpeculativeDecoder, VanillaDecoder
+from token_spec.gamma import AdaptiveGamma, FixedGamma
+from token_spec.sampling import SamplingParams
+
+# generous: the vanilla references and a drafter over 102 prompts take minutes on a loaded 2-core machine
+pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+NEW_TOKENS = 12
+PARAMS = SamplingParams(temperature=0, max_tokens=NEW_TOKENS)
+
+_NAMES = ["items", "values", "rows", "users", "orders", "lines", "scores", "files", "words", "chunks"]
+_TASKS = ["sum", "sort", "filter", "count", "group", "reverse", "merge", "parse", "dedupe", "validate"]
+
+
+def _prompts() -> list:
+    """100+ distinct prompts: code completions, agent REPL cells, chat and prose."""
+    out: list = []
+    for i, (name, task) in enumerate(zip(_NAMES, _TASKS, strict=True)):
+        out.append(f"def {task}_{name}({name}):\n    ")
+        out.append(f"# {task} the {name} and print the result\n{name} = load_{name}()\nfor x in {name}:\n")
+        out.append(f"```repl\n{name} = context.split('\\n')\nresults = llm_query_batched([f'{task}: {{c}}' for c in {name}[:{i + 2}]])\n")
+        out.append(f"```repl\nanswer = llm_query(f\"{task.capitalize()} the {name} in: {{context[:{500 + 100 * i}]}}\")\nprint(")
+        out.append([{"role": "user", "content": f"Write a Python function that can {task} a list of {name}."}])
+        out.append([{"role": "user", "content": f"In one sentence, why would someone {task} {name}?"}])
+        out.append(f"The {name} were {task}ed carefully, because")
+        out.append(f"Q: How do I {task} {name} in SQL?\nA:")
+        out.append(f"class {name.capitalize()}Store:\n    def {task}(self, {name}):\n        ")
+        out.append(f"import json\n\ndef {task}_json(path):\n    with open(path) as f:\n        {name} = json.load(f)\n")
+    out.append("def fibonacci(n):\n    ")
+    out.append([{"role": "user", "content": "What is the capital of France?"}])
+    return out
+
+
+PROMPTS = _prompts()
+assert len(PROMPTS) >= 100 and len({str(p) for p in PROMPTS}) == len(PROMPTS)
+
+
+def _fast_draft(target):
+    from token_spec.draft_model import DraftWeightsMissing, load_draft
+    from token_spec.fast_forward import FastLlama
+
+    try:
+        draft = load_draft(target.model)
+    except DraftWeightsMissing as exc:
+        pytest.skip(f"distilled draft weights not built yet: {exc}")
+    return ModelDrafter(FastLlama(draft.hf_model, target.dtype, exact=False), name="draft_model")
+
+
+DRAFTERS = {
+    "ngram": (lambda t: NgramDrafter(n_min=1), lambda: FixedGamma(4)),
+    "suffix": (lambda t: SuffixDrafter(n_min=1), lambda: AdaptiveGamma(initial=3, max_gamma=15)),
+    "draft_model": (_fast_draft, lambda: FixedGamma(3)),
+}
+
+
+@pytest.fixture(scope="module", params=["bf16", "bf16-q4"])
+def exact_target(request, fast_target):
+    if request.param == "bf16":
+        return fast_target
+    if fast_target.dtype != torch.bfloat16:
+        pytest.skip("the Q4_1 path runs with bf16 activations; this CPU has no native bf16")
+    from token_spec.target import load_target
+
+    return load_target(weights="q4")
+
+
+@pytest.fixture(scope="module")
+def references(exact_target):
+    assert exact_target.exact
+    dec = VanillaDecoder(exact_target)
+    return [dec.generate(p, PARAMS).token_ids for p in PROMPTS]
+
+
+@pytest.mark.parametrize("name", list(DRAFTERS))
+def test_greedy_speculative_is_vanilla_on_100_prompts(exact_target, references, name):
+    make_drafter, make_policy = DRAFTERS[name]
+    dec = SpeculativeDecoder(exact_target, make_drafter(exact_target), gamma_policy=make_policy())
+    differ = [i for i, (p, ref) in enumerate(zip(PROMPTS, references, strict=True))
+              if dec.generate(p, PARAMS).token_ids != ref]
+    assert not differ, f"{name}: {len(differ)}/{len(PROMPTS)} prompts differ from vanilla: {differ[:10]}"
+    m = dec.metrics.cumulative
+    assert m.num_requests == len(PROMPTS)
+    # not vacuous: hundreds of multi-token verify passes, many drafts accepted
+    assert m.num_draft_tokens > 2 * len(PROMPTS) and m.num_accepted_tokens > len(PROMPTS) // 2

@@ -1,0 +1,398 @@
+"""A lean, batch-invariant decode/verify forward for Llama-architecture models (SmolLM2).
+
+Job: run ``n`` new tokens (1 for a vanilla step, ``k+1`` for a verify pass, hundreds for
+a prefill) through the model with a static KV cache, so that **row i of any pass is
+bit-for-bit the logits a one-token pass at the same position produces**. That is what
+makes greedy speculative decoding emit exactly vanilla greedy's tokens at the fast
+precision (bf16), by construction rather than by luck.
+
+How the invariance is kept (each point is tested bitwise in
+``tests/token_spec/test_batch_invariance.py``):
+
+* GEMMs: a BLAS picks its kernel (and so its reduction order) by the shape of the
+  call, so row i of ``x @ W.T`` can change with the number of rows. Every pass of
+  ``n <= PAD_WIDTH`` rows is padded with dummy rows to a width from which on the
+  kernels are row-invariant: measured once per thread count by ``row_invariant_width``
+  (on this project's AMD EPYC with AVX512-BF16: bf16 needs 2 rows, because only the
+  1536-wide down projection takes another kernel for a single row; fp32 needs 4, MKL
+  takes GEMV / small-M paths below that), or always ``PAD_WIDTH`` with
+  ``pad_mode="full"``. Dummy rows' results are dropped.
+* Attention: the queries of a short pass are padded to ``PAD_WIDTH`` rows, so every
+  pass runs its attention matmuls at one shape. Each query row's softmax and value sum
+  run over the cached keys of the pass, with the row's future positions masked to
+  ``-inf`` (exp = exactly 0). The
+  key length of the pass is rounded up to a multiple of ``KEY_BLOCK``, with masked
+  keys past the end, so passes that contain the same position mostly see the same
+  key length; a different length only appends exact zeros to the reductions.
+* RMSNorm, RoPE, SiLU, residual adds are row-wise elementwise ops or reductions over
+  the hidden size of one row: independent of the other rows.
+* Rollback is a length change only: cached K/V at positions ``< length`` are never
+  rewritten by a later pass (a pass writes at positions ``>= its start``), so after
+  ``truncate(L)`` the cache holds exactly what a fresh session over the first ``L``
+  tokens holds.
+
+The model's weights are re-laid once: fused QKV (``[q; k; v]`` rows) and fused
+gate/up projections, contiguous, in the compute dtype; the LM head shares the
+embedding (tied, as in SmolLM2). The reference HF module is not used at run time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["FastLlama", "FastSession", "Dense", "PAD_WIDTH", "KEY_BLOCK", "supports_bf16", "default_dtype",
+           "row_invariant_width"]
+
+PAD_WIDTH = 16  # widest exact pass; attention always runs at this many query rows
+KEY_BLOCK = 64  # key length of a pass is rounded up to a multiple of this (masked tail)
+_GROW = 1024  # the KV cache grows in steps of this many positions
+
+
+def supports_bf16() -> bool:
+    """True where the CPU has native bf16 dot products (AVX512-BF16 or AMX-BF16).
+
+    Read from /proc/cpuinfo's flags (Linux); elsewhere False (fp32 is the safe default)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        return False
+    return False
+
+
+def default_dtype() -> torch.dtype:
+    """bf16 where the CPU supports it natively, else fp32."""
+    return torch.bfloat16 if supports_bf16() else torch.float32
+
+
+class FastLlama:
+    """The decode/verify forward of a ``LlamaForCausalLM`` (tied embeddings), re-laid.
+
+    ``FastLlama(hf_model, dtype)``; ``session()`` opens a KV cache; ``forward(session,
+    ids, logits_rows)`` runs ids through it.
+
+    exact: pad short passes so that every width 1..PAD_WIDTH gives bit-identical rows
+    (see ``gemm_width``); ``exact=False`` runs every pass at its own width (faster, not
+    batch-invariant; the negative control of the invariance test).
+    pad_mode: "probe" (pad to the smallest width the CPU's GEMM kernels are measured
+    row-invariant from) or "full" (always PAD_WIDTH rows).
+    pad_attention: also pad the attention's query rows to PAD_WIDTH.
+    """
+
+    def __init__(self, hf_model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16, *,
+                 exact: bool = True, pad_mode: str = "probe", pad_attention: bool = True,
+                 attention: str = "eager", key_block: int = KEY_BLOCK, linears: list | None = None) -> None:
+        cfg = hf_model.config
+        if getattr(cfg, "model_type", "llama") != "llama":
+            raise ValueError(f"FastLlama runs Llama-architecture models, got model_type={cfg.model_type!r}")
+        if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
+            raise ValueError("FastLlama supports Llama without attention/MLP biases (as SmolLM2)")
+        if dtype not in (torch.bfloat16, torch.float32):
+            raise ValueError(f"dtype must be torch.bfloat16 or torch.float32, got {dtype}")
+        self.dtype = dtype
+        if pad_mode not in ("probe", "full"):
+            raise ValueError(f"pad_mode must be 'probe' or 'full', got {pad_mode!r}")
+        if attention not in ("eager", "sdpa"):
+            raise ValueError(f"attention must be 'eager' or 'sdpa', got {attention!r}")
+        self.attention = attention
+        self.exact = bool(exact)
+        self.pad_mode = pad_mode
+        self.pad_width = PAD_WIDTH
+        self.pad_attention = bool(pad_attention)
+        self.key_block = max(1, int(key_block))
+        self.hidden = int(cfg.hidden_size)
+        self.n_heads = int(cfg.num_attention_heads)
+        self.n_kv = int(cfg.num_key_value_heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or self.hidden // self.n_heads)
+        self.group = self.n_heads // self.n_kv
+        self.eps = float(cfg.rms_norm_eps)
+        if linears is not None and dtype != torch.bfloat16:
+            raise ValueError("custom (e.g. Q4_1) linears run with bf16 activations: pass dtype=torch.bfloat16")
+        self.weights = "float" if linears is None else "custom"
+        self._probed: dict[int, int] = {}
+        self.vocab_size = int(cfg.vocab_size)
+        self.n_layers = int(cfg.num_hidden_layers)
+        self.max_positions = int(getattr(cfg, "max_position_embeddings", 8192))
+        rope = getattr(cfg, "rope_parameters", None) or {}
+        theta = float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0)))
+        if rope.get("rope_type", "default") not in ("default", None):
+            raise ValueError(f"FastLlama supports default RoPE only, got {rope.get('rope_type')!r}")
+
+        m = hf_model.model
+        with torch.no_grad():
+            self.embed = m.embed_tokens.weight.detach().to(dtype).contiguous()  # [V, H]
+            head = hf_model.get_output_embeddings()
+            # A draft's SubsetHead (token_spec.draft_model) scores only `vocab_ids`; every
+            # other token gets -inf. Otherwise the head is the (tied) embedding.
+            self.head_ids = getattr(head, "vocab_ids", None)
+            if self.head_ids is not None:
+                self.head_ids = self.head_ids.long()
+                self.lm_head = head.weight.detach()[self.head_ids].to(dtype).contiguous()
+            elif head.weight.data_ptr() == m.embed_tokens.weight.data_ptr():
+                self.lm_head = self.embed
+            else:
+                self.lm_head = head.weight.detach().to(dtype).contiguous()
+            self.layers = []
+            for i, layer in enumerate(m.layers):
+                a, mlp = layer.self_attn, layer.mlp
+                if linears is not None:  # e.g. Q4_1 GEMMs (token_spec.q4_weights)
+                    qkv, o, gu, down = linears[i]
+                else:
+                    qkv = Dense(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), dtype)
+                    o = Dense(a.o_proj.weight, dtype)
+                    gu = Dense(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), dtype)
+                    down = Dense(mlp.down_proj.weight, dtype)
+                self.layers.append((
+                    layer.input_layernorm.weight.detach().float().contiguous(), qkv, o,
+                    layer.post_attention_layernorm.weight.detach().float().contiguous(), gu, down,
+                ))
+            self.norm = m.norm.weight.detach().float().contiguous()  # norms scale in fp32
+            self._head = Dense(self.lm_head, dtype)
+        # RoPE tables as HF Llama builds them: angles in fp32, cos/sin cast to the dtype.
+        inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
+        self._inv_freq = inv_freq
+        self._cos = self._sin = torch.empty(0, self.head_dim)
+        self._rope_upto(_GROW)
+        self.scale = 1.0 / math.sqrt(self.head_dim)
+
+    # -- tables -------------------------------------------------------------------------
+    def _rope_upto(self, n: int) -> None:
+        if self._cos.shape[0] >= n:
+            return
+        n = max(n, 2 * self._cos.shape[0])
+        freqs = torch.outer(torch.arange(n, dtype=torch.float32), self._inv_freq)
+        emb = torch.cat([freqs, freqs], dim=-1)  # [n, hd]
+        self._cos, self._sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+
+    # -- padding plan -------------------------------------------------------------------
+    def gemm_width(self) -> int:
+        """Rows every short pass runs its GEMMs at (1 = no padding).
+
+        exact=False: 1. pad_mode="full": PAD_WIDTH (one GEMM shape for every pass, the
+        kernel-independent choice). pad_mode="probe": the smallest P such that, for each
+        of this model's weight matrices, a GEMM over M rows gives bit-for-bit the first
+        M rows of a GEMM over PAD_WIDTH rows for every M in P..PAD_WIDTH (measured once
+        per thread count; the kernel a BLAS picks depends on the shape and the threads,
+        never on the values)."""
+        if not self.exact:
+            return 1
+        if self.pad_mode == "full":
+            return self.pad_width
+        threads = torch.get_num_threads()
+        width = self._probed.get(threads)
+        if width is None:
+            width = max(row_invariant_width(f, self.pad_width, rows=32 if f is self._head else 64)
+                        for f in self._gemm_weights())
+            self._probed[threads] = width
+        return width
+
+    def _gemm_weights(self) -> list:
+        first = self.layers[0]
+        return [first[1], first[2], first[4], first[5], self._head]
+
+    # -- sessions -----------------------------------------------------------------------
+    def session(self) -> FastSession:
+        """An empty KV cache (length 0)."""
+        return FastSession(self)
+
+    def start(self, prompt_ids: Sequence[int] | torch.Tensor) -> FastSession:
+        """``CausalLM.start``: prefill ``prompt_ids`` (may be empty) into a new session."""
+        session = FastSession(self)
+        session.prefill(prompt_ids)
+        return session
+
+    # -- the forward --------------------------------------------------------------------
+    def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        # y = w * x / sqrt(mean(x^2) + eps), the mean over one row's hidden size, in fp32
+        return F.rms_norm(x.float(), (self.hidden,), w, self.eps).to(self.dtype)
+
+    def forward(self, cache: FastSession, ids: torch.Tensor, logits_rows: int | None = None) -> torch.Tensor:
+        """ids [n] at positions cache.length.. -> logits [rows, V] in fp32 (the last
+        ``logits_rows`` rows; all n when None). The cache grows by n."""
+        n = int(ids.numel())
+        start = cache.length
+        end = start + n
+        cache._reserve(end)
+        self._rope_upto(end + self.pad_width)
+        pad = self.pad_width
+        # gemm rows (gw) and attention query rows (aw) of a short pass (n <= PAD_WIDTH)
+        gw = max(n, self.gemm_width()) if n <= pad else n
+        aw = max(gw, pad) if (self.exact and self.pad_attention and n <= pad) else gw
+        rows = ids
+        if gw > n:  # pad with token 0; padded rows sit at positions end..start+gw-1
+            rows = torch.cat([ids, ids.new_zeros(gw - n)])
+        pos = torch.arange(start, start + aw)
+        cos, sin = self._cos[pos[:gw]], self._sin[pos[:gw]]  # [gw, hd]
+        hd, nkv, g = self.head_dim, self.n_kv, self.group
+        q_dim, kv_dim = self.n_heads * hd, nkv * hd
+        # Keys visible to this pass: positions < kend, rounded up to KEY_BLOCK; row r sees
+        # keys <= start + r (causal), everything else masked to -inf.
+        kend = min(cache.capacity, -(-(start + aw) // self.key_block) * self.key_block)
+        key_pos = torch.arange(kend)
+        # additive mask in the compute dtype (0 and -inf are exact in bf16), per kv group
+        mask = torch.zeros(aw, kend, dtype=self.dtype)
+        mask.masked_fill_(key_pos[None, :] > pos[:, None], float("-inf"))
+        mask = mask.repeat(g, 1)[None]  # [1, g*aw, kend]: the g query heads of a kv head, stacked
+        qpad = torch.zeros(self.n_heads, aw - gw, hd, dtype=self.dtype) if aw > gw else None
+
+        x = F.embedding(rows, self.embed)  # [gw, H]
+        if self.attention == "sdpa":
+            # bool mask, True = attend; [aw, kend] broadcast over heads
+            allowed = key_pos[None, :] <= pos[:, None]
+        cos_b, sin_b = cos[:, None, :], sin[:, None, :]  # broadcast over heads
+        qk_dim = q_dim + kv_dim
+        half = hd // 2
+        for li, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
+            h = self._rms(x, w_in)
+            qkv = w_qkv(h)  # [gw, q+2kv]
+            # RoPE on q and k heads at once (HF's rotate_half convention): t*cos + [-t2, t1]*sin
+            qk = qkv[:, :qk_dim].view(gw, self.n_heads + nkv, hd)
+            qk = qk * cos_b + torch.cat([-qk[..., half:], qk[..., :half]], dim=-1) * sin_b
+            q = qk[:, : self.n_heads].transpose(0, 1)  # [heads, gw, hd]
+            k = qk[:, self.n_heads :].transpose(0, 1)  # [kv, gw, hd]
+            v = qkv[:, qk_dim:].view(gw, nkv, hd).transpose(0, 1)
+            if qpad is not None:
+                q = torch.cat([q, qpad], dim=1)  # [heads, aw, hd]
+            kc, vc = cache.k[li], cache.v[li]  # [kv, cap, hd]
+            # Padded rows are written too (positions >= end): they are beyond the
+            # session's length, so they are masked for every real row and overwritten
+            # before they are ever read as real keys.
+            kc[:, start : start + gw] = k
+            vc[:, start : start + gw] = v
+            keys, vals = kc[:, :kend], vc[:, :kend]  # [kv, T, hd]
+            if self.attention == "sdpa":
+                att = F.scaled_dot_product_attention(q[None], keys[None], vals[None], attn_mask=allowed,
+                                                     enable_gqa=True)[0]  # [heads, aw, hd]
+                att = att[:, :gw].transpose(0, 1).reshape(gw, q_dim)
+            else:
+                qg = q.reshape(nkv, g * aw, hd)  # heads of one kv group stacked: [kv, g*aw, hd]
+                # scores = mask + (q k^T) * 2^-3: scaling by a power of two is exact
+                scores = torch.baddbmm(mask, qg, keys.transpose(1, 2), alpha=self.scale)
+                probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)  # fp32 softmax
+                att = torch.bmm(probs, vals)  # [kv, g*aw, hd]
+                att = att.view(self.n_heads, aw, hd)[:, :gw].transpose(0, 1).reshape(gw, q_dim)
+            x = x + w_o(att)
+            h = self._rms(x, w_post)
+            gu = w_gu(h)  # [gw, 2I]
+            inter = gu.shape[-1] // 2
+            x = x + w_down(F.silu(gu[:, :inter]) * gu[:, inter:])
+        cache.length = end
+        keep = n if logits_rows is None else max(1, min(int(logits_rows), n))
+        if gw == n:  # unpadded (e.g. a prefill): the head runs on the kept rows only
+            logits = F.linear(self._rms(x[n - keep : n], self.norm), self.lm_head)
+        else:  # padded: the head (a GEMM) runs on all gw rows, so row i never depends on `keep`
+            logits = F.linear(self._rms(x, self.norm), self.lm_head)[n - keep : n]
+        if self.head_ids is not None:  # subset head: full-width rows, -inf outside the subset
+            full = logits.new_full((keep, self.vocab_size), float("-inf"), dtype=torch.float32)
+            full[:, self.head_ids] = logits.float()
+            return full
+        return logits.float()
+
+
+class Dense:
+    """``y = x @ W.T`` with a dense weight in the compute dtype (a plain BLAS GEMM)."""
+
+    def __init__(self, weight: torch.Tensor, dtype: torch.dtype) -> None:
+        self.weight = weight.detach().to(dtype).contiguous()
+        self.in_features = int(self.weight.shape[1])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)
+
+
+def row_invariant_width(gemm, max_width: int = PAD_WIDTH, rows: int = 64) -> int:
+    """Smallest P such that ``gemm`` (x [M, in] -> [M, out]; ``.in_features``) over M rows
+    gives bit-for-bit the rows a call over ``max_width`` rows gives, for every M in
+    P..max_width (max_width if none smaller).
+
+    The kernel (and so the reduction order) depends on the call's shape and the
+    threads, not on the values; but a bf16 GEMM rounds its fp32 sums to bf16, which
+    hides most order differences in any one row. So the probe compares ``rows``
+    pseudo-random rows (64: a kernel change shows in at least one of them with
+    overwhelming probability; measured: one row shows it about a quarter of the time).
+    """
+    gen = torch.Generator().manual_seed(1234)
+    dtype = gemm.weight.dtype if hasattr(gemm, "weight") else torch.bfloat16
+    x = torch.randn(rows, gemm.in_features, generator=gen).to(dtype)
+    with torch.inference_mode():
+        ref = torch.cat([gemm(x[i : i + max_width]) for i in range(0, rows, max_width)])
+        width = max_width
+        for m in range(max_width - 1, 0, -1):
+            got = torch.cat([gemm(x[i : i + m]) for i in range(0, rows - m + 1, m)])
+            if not torch.equal(got, ref[: got.shape[0]]):
+                break
+            width = m
+    return width
+
+
+class FastSession:
+    """One sequence's static KV cache for ``FastLlama``: ``extend`` / ``truncate``.
+
+    K/V live in preallocated tensors ``[layers, kv heads, capacity, head_dim]`` that grow
+    by ``_GROW`` positions when needed; ``truncate`` only moves ``length``.
+    """
+
+    def __init__(self, lm: FastLlama) -> None:
+        self._lm = lm
+        self.length = 0
+        self.capacity = 0
+        self.k: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+
+    def _reserve(self, n: int) -> None:
+        lm = self._lm
+        if n > lm.max_positions:
+            raise ValueError(f"sequence of {n} tokens exceeds the model's {lm.max_positions} positions")
+        need = n + lm.pad_width + lm.key_block
+        if need <= self.capacity:
+            return
+        cap = max(need, self.capacity + _GROW)
+        cap = -(-cap // _GROW) * _GROW
+        shape = (lm.n_kv, cap, lm.head_dim)
+        new_k = [torch.zeros(shape, dtype=lm.dtype) for _ in range(lm.n_layers)]
+        new_v = [torch.zeros(shape, dtype=lm.dtype) for _ in range(lm.n_layers)]
+        if self.capacity:
+            for i in range(lm.n_layers):
+                new_k[i][:, : self.capacity] = self.k[i]
+                new_v[i][:, : self.capacity] = self.v[i]
+        self.k, self.v, self.capacity = new_k, new_v, cap
+
+    def extend(self, ids: torch.Tensor | Sequence[int]) -> torch.Tensor:
+        """ids [n] -> logits [n, V] (fp32); row i predicts the token after ids[i]."""
+        ids = _ids(ids, self._lm.vocab_size)
+        with torch.inference_mode():
+            return self._lm.forward(self, ids)
+
+    def prefill(self, ids: torch.Tensor | Sequence[int]) -> None:
+        """Like ``extend`` without returning logits (only the last row is computed)."""
+        ids = _ids(ids, self._lm.vocab_size, allow_empty=True)
+        if ids.numel():
+            with torch.inference_mode():
+                self._lm.forward(self, ids, logits_rows=1)
+
+    def truncate(self, length: int) -> None:
+        """Exact rollback: keep the first ``length`` cached positions."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"truncate({length}) outside [0, {self.length}]")
+        self.length = length
+
+
+def _ids(ids: torch.Tensor | Sequence[int], vocab: int, *, allow_empty: bool = False) -> torch.Tensor:
+    if isinstance(ids, torch.Tensor):
+        t = ids.reshape(-1).long()
+    else:
+        t = torch.tensor(list(ids), dtype=torch.long)
+    if t.numel() == 0:
+        if allow_empty:
+            return t
+        raise ValueError("extend() needs at least one token id")
+    if int(t.min()) < 0 or int(t.max()) >= vocab:
+        raise ValueError(f"token id out of range [0, {vocab}) in extend()")
+    return t
