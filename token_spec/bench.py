@@ -67,7 +67,7 @@ def add_arguments(b) -> None:
     b.add_argument("--cost-aware", action="store_true",
                    help="gamma = CostAwareGamma with this target's measured pass costs (drafters without :G)")
     b.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--seed", type=int, default=0, help="sampling seed when --temperature > 0 (default 0)")
     b.add_argument("--hf", default="auto",
                    help="HF generate() dtypes: comma list of bf16/fp32, 'auto' (the dtypes of --targets), or 'none'")
     b.add_argument("--no-hf", action="store_true", help="same as --hf none")

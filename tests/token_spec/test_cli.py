@@ -40,9 +40,12 @@ def test_bench_tiny_run_writes_json_and_png(target, tmp_path, capsys):
     assert "spec:ngram" in printed and "tok/s" in printed and "bench.json" in printed
 
 
-def test_unknown_target_configuration_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="unknown target configuration"):
+def test_unknown_target_configuration_is_refused_before_any_model_loads(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
         main(["bench", "--out", str(tmp_path), "--targets", "fp16", "--llamacpp", "off"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--targets" in err[0] and "'fp16'" in err[0] and "bf16" in err[0]
 
 
 def test_suffix_memory_restarts_for_every_thread_count(target, tmp_path):
