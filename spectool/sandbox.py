@@ -46,7 +46,8 @@ Common to ``bwrap`` and ``fallback``:
   host), else the descendants of the process it started and (root host) every
   process of the worker's uid. A daemonised, ``setsid`` double-forked child is found
   in the bwrap mode in any case (orphans reparent to the cell's own init) and in the
-  fallback mode on a root host; a non-root fallback loses it (see the README).
+  fallback mode on a root host; a non-root fallback loses it (see the README). The
+  worker itself is then stopped (``SIGSTOP``) until the next cell.
 
 Everything here runs on the host; :mod:`spectool._worker` applies the launch plan
 (cgroup join, rlimits, uid drop, ``exec`` of bwrap) before any cell code runs.

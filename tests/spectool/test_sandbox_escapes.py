@@ -244,6 +244,33 @@ async def test_negative_control_detached_child_outlives_unsandboxed_turn(anyio_b
             os.kill(pid, 9)
 
 
+SPIN_THREAD = ("import threading\ndef spin():\n    while True:\n        pass\n"
+               "threading.Thread(target=spin, daemon=True).start()\n")
+
+
+def _idle_cpu(ex) -> float:
+    """CPU seconds the sandbox burns in 0.5 s between two turns (a measurement window)."""
+    before = ex._plan.cpu_seconds(ex._proc.pid)
+    time.sleep(0.5)
+    return ex._plan.cpu_seconds(ex._proc.pid) - before
+
+
+@pytest.mark.parametrize("mode", ["none", *SANDBOXED])
+async def test_worker_thread_does_not_run_between_turns(anyio_backend, mode):
+    ex = SubprocessExecutor(limits=WorkerLimits(sandbox=mode))
+    try:
+        out = await ex.run_cell(SPIN_THREAD, [], no_tools)
+        assert out.error is None
+        if mode == "none":      # negative control: the thread burns CPU after the turn
+            assert _idle_cpu(ex) > 0.05
+        else:
+            assert _idle_cpu(ex) < 0.02
+            out = await ex.run_cell("x = 1\n", [], no_tools)     # resumed for the next cell
+            assert out.error is None and ex.variables()["x"] == 1
+    finally:
+        await ex.aclose()
+
+
 HOST_SCRIPT = """
 import anyio, sys
 from spectool.subprocess_executor import SubprocessExecutor, WorkerLimits
