@@ -394,7 +394,7 @@ def launch(plan: dict) -> None:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
-        _set_dumpable()    # a uid change clears it; /proc/self/fd needs it back
+        _set_dumpable()    # a uid change clears it: the cell may read its own /proc/self
     if plan["memory_bytes"]:
         _apply_memory_limit(plan["memory_bytes"])
     if plan["nproc_extra"] is not None:
