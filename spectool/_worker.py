@@ -404,9 +404,21 @@ def launch(plan: dict) -> None:
     if argv:
         os.execve(argv[0], argv, plan["env"])
     _die_with_parent()
+    if plan.get("subreaper"):
+        _become_subreaper()
     os.chdir(plan["scratch"])
     os.environ.clear()
     os.environ.update(plan["env"])
+
+
+def _become_subreaper() -> None:
+    """Fallback: the cell's orphans (a double-forked daemon) reparent to the worker,
+    so the host still finds them among the worker's descendants at turn end."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
 
 
 def _set_dumpable() -> None:
