@@ -313,17 +313,17 @@ def _apply_memory_limit(nbytes) -> None:
 
 
 # ---------------------------------------------------------------------------- launch
-def _count_processes(uid: int) -> int:
+def _count_tasks(uid: int) -> int:
+    """Processes and threads of ``uid`` now (RLIMIT_NPROC counts threads too)."""
     count = 0
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 with open(f"/proc/{name}/status", "rb") as fh:
-                    for line in fh:
-                        if line.startswith(b"Uid:"):
-                            count += int(line.split()[1]) == uid
-                            break
-            except OSError:
+                    fields = dict(line.split(b":", 1) for line in fh if b":" in line)
+                if int(fields[b"Uid"].split()[0]) == uid:
+                    count += int(fields[b"Threads"])
+            except (OSError, KeyError, ValueError, IndexError):
                 pass
     return count
 
@@ -399,7 +399,7 @@ def launch(plan: dict) -> None:
         _apply_memory_limit(plan["memory_bytes"])
     if plan["nproc_extra"] is not None:
         me = os.getuid()
-        n = _count_processes(me) + int(plan["nproc_extra"])
+        n = _count_tasks(me) + int(plan["nproc_extra"])
         resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
     if argv:
         os.execve(argv[0], argv, plan["env"])
