@@ -220,7 +220,8 @@ def _bwrap_problem() -> str | None:
     if path is None:
         return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     argv = [path, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
-            "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "/bin/true"]
+            "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+            "--size", "1048576", "--tmpfs", "/tmp", "--", "/bin/true"]
     kwargs: dict = {}
     if os.geteuid() == 0:   # the worker drops root before bwrap: check it as such a uid
         uid = _free_uid()
