@@ -313,17 +313,17 @@ def _apply_memory_limit(nbytes) -> None:
 
 
 # ---------------------------------------------------------------------------- launch
-def _count_processes(uid: int) -> int:
+def _count_tasks(uid: int) -> int:
+    """Processes and threads of ``uid`` now (RLIMIT_NPROC counts threads too)."""
     count = 0
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 with open(f"/proc/{name}/status", "rb") as fh:
-                    for line in fh:
-                        if line.startswith(b"Uid:"):
-                            count += int(line.split()[1]) == uid
-                            break
-            except OSError:
+                    fields = dict(line.split(b":", 1) for line in fh if b":" in line)
+                if int(fields[b"Uid"].split()[0]) == uid:
+                    count += int(fields[b"Threads"])
+            except (OSError, KeyError, ValueError, IndexError):
                 pass
     return count
 
@@ -394,19 +394,31 @@ def launch(plan: dict) -> None:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
-        _set_dumpable()    # a uid change clears it; /proc/self/fd needs it back
+        _set_dumpable()    # a uid change clears it: the cell may read its own /proc/self
     if plan["memory_bytes"]:
         _apply_memory_limit(plan["memory_bytes"])
     if plan["nproc_extra"] is not None:
         me = os.getuid()
-        n = _count_processes(me) + int(plan["nproc_extra"])
+        n = _count_tasks(me) + int(plan["nproc_extra"])
         resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
     if argv:
         os.execve(argv[0], argv, plan["env"])
     _die_with_parent()
+    if plan.get("subreaper"):
+        _become_subreaper()
     os.chdir(plan["scratch"])
     os.environ.clear()
     os.environ.update(plan["env"])
+
+
+def _become_subreaper() -> None:
+    """Fallback: the cell's orphans (a double-forked daemon) reparent to the worker,
+    so the host still finds them among the worker's descendants at turn end."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
 
 
 def _set_dumpable() -> None:

@@ -46,7 +46,11 @@ Common to ``bwrap`` and ``fallback``:
   host), else the descendants of the process it started and (root host) every
   process of the worker's uid. A daemonised, ``setsid`` double-forked child is found
   in the bwrap mode in any case (orphans reparent to the cell's own init) and in the
-  fallback mode on a root host; a non-root fallback loses it (see the README).
+  fallback mode through the cgroup or uid (root host) and, on any host, because the
+  fallback worker is a child subreaper (``PR_SET_CHILD_SUBREAPER``): orphans of the
+  cell reparent to it and stay its descendants (a cell can switch that off, since it
+  runs in the worker's process: on a non-root fallback a determined daemon escapes).
+  The worker itself is then stopped (``SIGSTOP``) until the next cell.
 
 Everything here runs on the host; :mod:`spectool._worker` applies the launch plan
 (cgroup join, rlimits, uid drop, ``exec`` of bwrap) before any cell code runs.
@@ -89,6 +93,7 @@ class SandboxPlan:
     bwrap_argv: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     python_paths: list[str] = field(default_factory=list)   # the worker must reach these
+    subreaper: bool = True                  # fallback: orphans of the cell reparent to the worker
 
     def launch_config(self, memory_bytes: int | None, max_processes: int) -> dict:
         """What the worker's launcher does before the cell can run (plain JSON data)."""
@@ -97,7 +102,8 @@ class SandboxPlan:
                 "memory_bytes": memory_bytes,
                 "nproc_extra": None if self.cgroup_pids else extra,
                 "bwrap_argv": self.bwrap_argv, "env": self.env, "scratch": self.scratch,
-                "python_paths": self.python_paths}
+                "python_paths": self.python_paths,
+                "subreaper": self.subreaper and self.mode == "fallback"}
 
     # ---------------------------------------------------------------- processes
     def processes(self, root_pid: int) -> set[int]:
@@ -214,7 +220,8 @@ def _bwrap_problem() -> str | None:
     if path is None:
         return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     argv = [path, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
-            "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "/bin/true"]
+            "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+            "--size", "1048576", "--tmpfs", "/tmp", "--", "/bin/true"]
     kwargs: dict = {}
     if os.geteuid() == 0:   # the worker drops root before bwrap: check it as such a uid
         uid = _free_uid()

@@ -12,7 +12,8 @@ and its children together when the host is root, else ``RLIMIT_AS`` per process 
 ``RLIMIT_NPROC``), CPU seconds per cell (polled by the host over all the cell's
 processes; the cell cannot raise it), processes, output (captured at the
 file-descriptor level and capped by the host), message size. At the end of every cell
-every other process of the sandbox is killed.
+every other process of the sandbox is killed and the worker is stopped (``SIGSTOP``)
+until the next cell, so threads a cell left behind do not run between turns.
 
 Whatever the mode, what crosses back is checked: frames carry a sequence number, the
 turn's nonce and an HMAC (a forged or out-of-step frame stops the worker with
@@ -273,6 +274,7 @@ class SubprocessExecutor:
             await self._kill()
             return CellOutcome("", WorkerCrashedError(f"worker failed to start: {exc}"), True)
         assert self._output is not None
+        self._signal_kept(signal.SIGCONT)
         output = _Output(self._output, self.limits.max_stdout_chars)
         finished = False
         self._nonce = os.urandom(16)
@@ -347,8 +349,21 @@ class SubprocessExecutor:
             return
         for attempt in range(500):
             if not plan.kill_round(proc.pid, self._keep):
-                return
+                break
             await anyio.sleep(0.002 if attempt else 0)
+        self._signal_kept(signal.SIGSTOP)
+
+    def _signal_kept(self, signum: int) -> None:
+        """SIGSTOP the worker (and bwrap's two) between cells, SIGCONT before the next:
+        a thread a cell started in the worker runs only while a later cell runs (under
+        that cell's CPU limit), never between turns."""
+        if self._plan is None or self._plan.mode == "none":
+            return
+        for pid in self._keep:
+            try:
+                os.kill(pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     async def _reply(self, cid: int, name: str, args: Any, kwargs: Any,
                      call_tool: ToolCaller) -> None:

@@ -233,6 +233,45 @@ async def test_detached_child_does_not_outlive_the_turn(anyio_backend, mode, bou
         await ex.aclose()
 
 
+@pytest.mark.parametrize("subreaper", [True, False])
+async def test_fallback_finds_a_detached_child_without_cgroup_or_uid(anyio_backend, subreaper,
+                                                                      monkeypatch):
+    # what a non-root host can see: no cgroup, no uid of the worker's own (the uid
+    # drop still happens here, as root, but the sweep may not use it)
+    monkeypatch.setattr(spectool.sandbox, "_make_cgroups", lambda *a: None)
+    plan_sandbox = spectool.sandbox.plan_sandbox
+
+    def without_uid_sweep(*args, **kwargs):
+        plan = plan_sandbox(*args, **kwargs)
+        plan.subreaper = subreaper
+        uid, plan.uid = plan.uid, None          # the sweep sees descendants only ...
+        plan.launch_config = _with_uid(plan.launch_config, uid)   # ... the drop stays
+        return plan
+
+    monkeypatch.setattr(sx, "plan_sandbox", without_uid_sweep)
+    tag = f"{4000 + os.getpid() % 1000}.{time.monotonic_ns() % 10**9}"
+    ex = SubprocessExecutor(limits=WorkerLimits(sandbox="fallback"))
+    try:
+        out = await ex.run_cell(daemonise(tag), [], no_tools)
+        assert out.error is None
+        if subreaper:
+            assert _processes_with(tag) == []
+        else:                   # negative control: the orphan left the worker's tree
+            assert len(_processes_with(tag)) == 1
+    finally:
+        await ex.aclose()
+        for pid in _processes_with(tag):
+            os.kill(pid, 9)
+
+
+def _with_uid(launch_config, uid):
+    def config(*args):
+        made = launch_config(*args)
+        made["uid"] = uid
+        return made
+    return config
+
+
 async def test_negative_control_detached_child_outlives_unsandboxed_turn(anyio_backend):
     tag = f"{2000 + os.getpid() % 1000}.{time.monotonic_ns() % 10**9}"
     out, _, _ = await run(daemonise(tag), sandbox="none")
@@ -242,6 +281,33 @@ async def test_negative_control_detached_child_outlives_unsandboxed_turn(anyio_b
     finally:
         for pid in stray:
             os.kill(pid, 9)
+
+
+SPIN_THREAD = ("import threading\ndef spin():\n    while True:\n        pass\n"
+               "threading.Thread(target=spin, daemon=True).start()\n")
+
+
+def _idle_cpu(ex) -> float:
+    """CPU seconds the sandbox burns in 0.5 s between two turns (a measurement window)."""
+    before = ex._plan.cpu_seconds(ex._proc.pid)
+    time.sleep(0.5)
+    return ex._plan.cpu_seconds(ex._proc.pid) - before
+
+
+@pytest.mark.parametrize("mode", ["none", *SANDBOXED])
+async def test_worker_thread_does_not_run_between_turns(anyio_backend, mode):
+    ex = SubprocessExecutor(limits=WorkerLimits(sandbox=mode))
+    try:
+        out = await ex.run_cell(SPIN_THREAD, [], no_tools)
+        assert out.error is None
+        if mode == "none":      # negative control: the thread burns CPU after the turn
+            assert _idle_cpu(ex) > 0.05
+        else:
+            assert _idle_cpu(ex) < 0.02
+            out = await ex.run_cell("x = 1\n", [], no_tools)     # resumed for the next cell
+            assert out.error is None and ex.variables()["x"] == 1
+    finally:
+        await ex.aclose()
 
 
 HOST_SCRIPT = """
