@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 __all__ = ["main", "build_parser", "ensure_writable_dir", "version", "OneLineErrorParser",
-           "ENTRY_POINT_GROUP"]
+           "ENTRY_POINT_GROUP", "positive_float"]
 
 ENTRY_POINT_GROUP = "spectool.commands"
 
@@ -96,7 +96,8 @@ def _providers() -> list[tuple[str, Callable[[Any], None]]]:
     return found
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0 (shared by the CLIs' subcommands)."""
     try:
         value = float(text)
     except ValueError:
@@ -116,13 +117,13 @@ def _register_replay(subparsers: Any) -> None:
     rp.add_argument("log", type=Path, help="the log file")
     rp.add_argument("--out", type=Path, default=None,
                     help="folder for replay.json, table.txt and timeline.png")
-    rp.add_argument("--rate", type=_positive_float, default=50.0,
+    rp.add_argument("--rate", type=positive_float, default=50.0,
                     help="model tokens per second when the log records none (default 50)")
-    rp.add_argument("--latency", type=_positive_float, default=2.0,
+    rp.add_argument("--latency", type=positive_float, default=2.0,
                     help="seconds per sub-call when the log records none (default 2)")
     rp.add_argument("--latency-per-ktok", type=float, default=0.0,
                     help="latency model: extra seconds per 1000 prompt tokens (default 0)")
-    rp.add_argument("--time-scale", type=_positive_float, default=1.0,
+    rp.add_argument("--time-scale", type=positive_float, default=1.0,
                     help="real seconds per log second (e.g. 0.1 replays 10x faster)")
     rp.add_argument("--context", type=Path, default=None,
                     help="a file whose text is the REPL's `context` (default: from the log)")

@@ -21,20 +21,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from spectool.cli import positive_float
+
 from .programs import SHAPES
 from .report import DECODINGS, MODES
 
 __all__ = ["register"]
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 def _positive_int(text: str) -> int:
@@ -119,7 +111,7 @@ def register(subparsers: Any) -> None:
                     help="OpenAI-compatible base URL for the litellm models (e.g. a vLLM server)")
     oo.add_argument("--api-key", default=None,
                     help="API key for the litellm models (default: the provider's env variable)")
-    oo.add_argument("--time-scale", type=_positive_float, default=None,
+    oo.add_argument("--time-scale", type=positive_float, default=None,
                     help="real seconds per simulated second (default 0.1; 1.0 with real models)")
     oo.add_argument("--max-turns", type=_positive_int, default=6,
                     help="root-model turns per question at most (default 6)")
