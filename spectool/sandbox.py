@@ -272,7 +272,9 @@ def _readable_paths(python: str, worker: str) -> list[str]:
     out: list[str] = []
     for path in wanted:
         path = os.path.abspath(path)
-        if not os.path.exists(path) or path in ("/", "/tmp") or path.startswith("/tmp/"):
+        # a checkout or venv under /tmp is bound read-only over the cell's tmpfs /tmp
+        # (bwrap applies binds in order, after the tmpfs); /tmp itself stays private
+        if not os.path.exists(path) or path in ("/", "/tmp"):
             continue
         if any(path == p or path.startswith(p.rstrip("/") + "/") for p in out):
             continue
