@@ -241,3 +241,20 @@ def test_bad_limits_are_refused_by_name():
         WorkerLimits(sandbox="docker")
     with pytest.raises(ValueError, match="max_processes"):
         WorkerLimits(max_processes=-1)
+
+
+def test_a_checkout_under_tmp_stays_readable_but_tmp_itself_stays_private(tmp_path):
+    """CI may clone the project under /tmp: its venv and spectool must be bound read-only
+    over the cell's private tmpfs /tmp (bwrap applies binds after the tmpfs), while /tmp
+    itself is never bound from the host."""
+    from spectool.sandbox import _readable_paths
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    python = bin_dir / "python"
+    python.write_text("")
+    worker = tmp_path / "checkout" / "spectool" / "_worker.py"
+    worker.parent.mkdir(parents=True)
+    worker.write_text("")
+    paths = _readable_paths(str(python), str(worker))
+    assert str(tmp_path / "venv") in paths and str(tmp_path / "checkout") in paths
+    assert "/tmp" not in paths and "/" not in paths
