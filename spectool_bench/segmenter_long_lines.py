@@ -30,7 +30,7 @@ SHAPES = {
 }
 
 
-def _naive_skip(self, line, pos):
+def naive_skip_string(self, line, pos):
     """The pre-fix string scan: the closing quote searched again after each backslash."""
     quote, n = self.quote, len(line)
     while pos < n:
@@ -54,7 +54,7 @@ def _naive_skip(self, line, pos):
 def prefix_behaviour():
     eager, skip = segmenter.TAIL_EAGER_CHARS, LineLexer._skip_string
     segmenter.TAIL_EAGER_CHARS = 10 ** 12
-    LineLexer._skip_string = _naive_skip
+    LineLexer._skip_string = naive_skip_string
     try:
         yield
     finally:

@@ -217,22 +217,9 @@ def test_work_counter_catches_a_quadratic_tail_report(monkeypatch):
 def test_work_counter_catches_a_quadratic_string_scan(monkeypatch):
     """Negative control: a string scan that searches for the closing quote again after
     every backslash (the old ``_skip_string``) shows up in the counter."""
-    def naive_skip(self, line, pos):
-        quote, n = self.quote, len(line)
-        while pos < n:
-            i = line.find(quote, pos)
-            self.scanned += (n if i == -1 else i) - pos
-            b = line.find("\\", pos)
-            if b != -1 and (i == -1 or b < i):
-                pos = b + 2
-                continue
-            if i == -1:
-                return n
-            self.quote = None
-            return i + len(quote)
-        return n
+    from spectool_bench.segmenter_long_lines import naive_skip_string
 
-    monkeypatch.setattr(LineLexer, "_skip_string", naive_skip)
+    monkeypatch.setattr(LineLexer, "_skip_string", naive_skip_string)
     per_char = [work(long_escaped_string(n)) / len(long_escaped_string(n))
                 for n in (10_000, 40_000)]
     assert per_char[1] > per_char[0] * 3
