@@ -25,6 +25,8 @@ Semantics (pinned in docs/INTERFACES.md):
 * Tail bets are *floating* entries (launched from the unfinished tail, not yet in a
   FIFO); a statement launch of the same key adopts the oldest one; the rest are
   withdrawn (cancelled) when the tail no longer contains them.
+* A ``deterministic`` key has one live run: every floating bet on it (tail, lookahead,
+  peek ahead) is launched only while the key has no FIFO entry, and at most one.
 * Lookahead bets (later loop iterations, while the shadow waits on an earlier one)
   are floating entries too, launched only for occurrences neither the real run nor
   another floating bet covers; those not adopted are withdrawn when their statement
@@ -183,6 +185,11 @@ class Store:
         k = (tool.name, key)
         fifo = self._fifo[k]
         if origin == "tail":
+            if tool.deterministic:   # one run per key: share the entry or the bet
+                shared = fifo[0] if fifo else next(
+                    (b for b in self._bets if b.tool is tool and b.key == key), None)
+                if shared is not None:
+                    return shared
             return self._bet(tool, args, kwargs, key)
         if tool.deterministic and fifo:
             self.trace.add("join", tool=tool.name, occurrence=0)
@@ -226,23 +233,40 @@ class Store:
         return None if key is None else self.observations.observe(tool.name, key)
 
     def sync_bets(self, wanted: list[tuple[str, tuple, dict]]) -> None:
-        """Make the floating tail bets match ``wanted`` (name, args, kwargs) by key count."""
-        need: dict[tuple[str, str], list[tuple[str, tuple, dict]]] = defaultdict(list)
+        """Make the floating tail bets match ``wanted`` (name, args, kwargs) by key count
+        (a deterministic tool's key: ``_bets_needed``)."""
+        if self.passthrough:
+            return
+        need: dict[tuple[str, str], list[tuple[Any, tuple, dict]]] = defaultdict(list)
         for name, args, kwargs in wanted:
             prepared = self._prepare(name, args, kwargs, "tail", quiet=True)
             if prepared is None or prepared[0].speculate != "pure":
                 continue
-            need[(prepared[0].name, prepared[3])].append((name, args, kwargs))
+            tool, args, kwargs, key = prepared
+            need[(tool.name, key)].append((tool, args, kwargs))
         have: dict[tuple[str, str], list[Entry]] = defaultdict(list)
         for bet in self._bets:
             if bet.origin == "tail":  # lookahead bets belong to the running statement
                 have[(bet.tool.name, bet.key)].append(bet)
         for k, bets in have.items():
-            for bet in bets[len(need.get(k, ())):]:
+            for bet in bets[self._bets_needed(bets[0].tool, k, len(need.get(k, ()))):]:
                 self.withdraw(bet)
         for k, calls in need.items():
-            for name, args, kwargs in calls[len(have.get(k, ())):]:
-                self.launch(name, args, kwargs, origin="tail")
+            target = self._bets_needed(calls[0][0], k, len(calls))
+            for tool, args, kwargs in calls[len(have.get(k, ())):target]:
+                self._bet(tool, args, kwargs, k[1])
+
+    def _bets_needed(self, tool: Any, k: tuple[str, str], calls: int) -> int:
+        """How many floating bets ``calls`` occurrences of key ``k`` need in all.
+
+        One per occurrence, except for a ``deterministic`` tool: every identical call
+        shares the key's one entry (FIFO entry 0), so its calls need one bet, and none
+        once the key has its entry (a bet could then never be adopted or claimed: it
+        would only run the tool again). Invariant: a deterministic key has at most one
+        live run, its FIFO entry or one floating bet."""
+        if not tool.deterministic:
+            return calls
+        return 0 if self._fifo.get(k) else min(calls, 1)
 
     def note_statement(self, tree: Any) -> None:
         """A statement was fed to the shadow (in order): remember which tools its
@@ -281,11 +305,10 @@ class Store:
             need[(tool.name, key)].append((tool, args, kwargs, rebound))
         for k, calls in need.items():
             fifo = self._fifo.get(k, ())
-            if calls[0][0].deterministic and fifo:
-                continue  # every identical call shares the one entry
             covered = max(0, len(fifo) - self._spec_pos[k])
             covered += sum(1 for b in self._bets if b.tool.name == k[0] and b.key == k[1])
-            for tool, args, kwargs, rebound in calls[covered:]:
+            target = self._bets_needed(calls[0][0], k, len(calls))
+            for tool, args, kwargs, rebound in calls[covered:target]:
                 if (self._bet(tool, args, kwargs, k[1], origin=origin, rebound=rebound) is None
                         and self.stats.dispatched >= self.max_dispatches):
                     return
