@@ -1,6 +1,8 @@
 """Drives the sans-I/O shadow interpreter from the runtime's event loop.
 
-Two drivers share :class:`QueueDriver` (the queue and the order of work below):
+Two drivers share :class:`QueueDriver` (the queue and the order of work below, down
+to the loop while a statement waits, ``QueueDriver._blocked``; each driver supplies
+only the transport, ``_peek_ahead`` and ``_refresh``):
 ``spectool._shadow_process.ProcessShadowDriver`` (the default, ``Runtime(shadow=
 "process")``) runs the interpreter in a worker process behind a message protocol;
 :class:`ShadowDriver` (``shadow="thread"``, documented and tested, not isolated) runs
@@ -190,6 +192,52 @@ class QueueDriver:
                 tail = payload
         return (tuple(statements), tail) if statements else None
 
+    # -- while a statement waits (the same order of work for every transport) ---------
+    async def _blocked(self, entry: Any, looking: bool, seen: int, source: str,
+                       tree: Any) -> None:
+        """While the statement waits: look ahead again each time a speculation
+        finishes, if it waits inside a loop (a later iteration's call may now have
+        known arguments), and peek ahead at the statements queued behind it each time
+        the queue changes. ``looking``: the interpreter is blocked inside a loop
+        (``shadow.lookahead.active``); ``seen``: the store's finished count before the
+        step that led here (the lookahead inside that step may not have seen what
+        finished). The transport is the driver's ``_peek_ahead`` and ``_refresh``."""
+        done = getattr(entry, "done", None)
+        if done is None:
+            return
+        peeked: Any = None           # the queue as last peeked ahead
+        unknown: frozenset[str] | None = None
+        while not done.is_set():
+            ahead = self._queued_ahead()
+            if ahead is not None and ahead != peeked:
+                peeked = ahead
+                if unknown is None:
+                    unknown = written_names(source, tree)
+                bets = await self._peek_ahead(ahead[0], ahead[1], unknown)
+                self.store.lookahead_bets(bets, origin="tail")
+                continue
+            if looking and self.store.finished_count != seen:
+                seen = self.store.finished_count
+                looking = await self._refresh()
+                continue
+            events = [done, self._arrived]
+            if looking:
+                events.append(self.store.finished_signal())
+            await first_of(events)
+            if self._arrived.is_set() and not self._closed:
+                self._arrived = anyio.Event()   # the queue is re-read above
+
+    async def _peek_ahead(self, statements: tuple[str, ...], tail: str,
+                          unknown: frozenset[str]) -> list[tuple[str, tuple, dict]]:
+        """The interpreter's bets on the queued statements and the tail after them
+        (``interp.peek_ahead``), as ``(tool name, args, kwargs)``."""
+        raise NotImplementedError
+
+    async def _refresh(self) -> bool:
+        """Look ahead again (``shadow.lookahead.refresh``); is the interpreter still
+        blocked inside a loop (``shadow.lookahead.active``)?"""
+        raise NotImplementedError
+
 
 class ShadowDriver(QueueDriver):
     """The in-process shadow (``Runtime(shadow="thread")``): the interpreter runs in
@@ -243,6 +291,7 @@ class ShadowDriver(QueueDriver):
 
     async def _statement(self, interp: Any, source: str, tree: Any, WaitFor: Any,
                          Outcome: Any) -> None:
+        from .shadow import lookahead
         # a generator: creating it runs nothing
         gen = (interp.run_statement(source) if tree is None
                else interp.run_statement(source, tree=tree))
@@ -250,7 +299,8 @@ class ShadowDriver(QueueDriver):
         request = await self._in_thread(_step, gen, None)
         while request is not _END:
             if isinstance(request, WaitFor):
-                await self._blocked(interp, request.handle, seen, source, tree)
+                await self._blocked(request.handle, lookahead.active(interp), seen, source,
+                                    tree)
                 got = await self.store.outcome(request.handle)
                 seen = self.store.finished_count
                 request = await self._in_thread(_step, gen,
@@ -262,40 +312,15 @@ class ShadowDriver(QueueDriver):
         self.statements_run += 1
         self.trace.add("shadow_statement", n=self.statements_run)
 
-    async def _blocked(self, interp: Any, entry: Any, seen: int, source: str,
-                       tree: Any) -> None:
-        """While the statement waits: look ahead again each time a speculation
-        finishes, if it waits inside a loop (a later iteration's call may now have
-        known arguments), and peek ahead at the statements queued behind it each time
-        the queue changes. ``seen``: the store's finished count before the step that
-        led here (the lookahead inside that step may not have seen what finished)."""
+    async def _peek_ahead(self, statements: tuple[str, ...], tail: str,
+                          unknown: frozenset[str]) -> list[tuple[str, tuple, dict]]:
+        return wanted(await self._in_thread(self._interp.peek_ahead, list(statements), tail,
+                                            unknown))
+
+    async def _refresh(self) -> bool:
         from .shadow import lookahead
-        done = getattr(entry, "done", None)
-        if done is None:
-            return
-        peeked: Any = None           # the queue as last peeked ahead
-        unknown: frozenset[str] | None = None
-        while not done.is_set():
-            ahead = self._queued_ahead()
-            if ahead is not None and ahead != peeked:
-                peeked = ahead
-                if unknown is None:
-                    unknown = written_names(source, tree)
-                bets = await self._in_thread(interp.peek_ahead, list(ahead[0]), ahead[1],
-                                             unknown)
-                self.store.lookahead_bets(wanted(bets), origin="tail")
-                continue
-            looking = lookahead.active(interp)
-            if looking and self.store.finished_count != seen:
-                seen = self.store.finished_count
-                await self._in_thread(lookahead.refresh, interp)
-                continue
-            events = [done, self._arrived]
-            if looking:
-                events.append(self.store.finished_signal())
-            await first_of(events)
-            if self._arrived.is_set() and not self._closed:
-                self._arrived = anyio.Event()   # the queue is re-read above
+        await self._in_thread(lookahead.refresh, self._interp)
+        return lookahead.active(self._interp)
 
     async def _tail(self, interp: Any, tail: str) -> None:
         if not tail.strip():

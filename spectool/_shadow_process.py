@@ -41,7 +41,7 @@ import anyio
 import anyio.lowlevel
 
 from . import shadow_protocol as proto
-from ._shadow_driver import _END, QueueDriver, first_of, written_names
+from ._shadow_driver import _END, QueueDriver
 from .shadow_pool import ShadowPool, WorkerDied, WorkerProcess
 from .store import Store
 from .trace import Trace
@@ -334,34 +334,12 @@ class ProcessShadowDriver(QueueDriver):
         self.statements_run += 1
         self.trace.add("shadow_statement", n=self.statements_run)
 
-    async def _blocked(self, entry: Any, looking: bool, seen: int, source: str,
-                       tree: Any) -> None:
-        """While the statement waits: peek ahead when the queue changes, look ahead
-        again when a speculation finishes (as ``ShadowDriver._blocked``)."""
-        done = getattr(entry, "done", None)
-        if done is None:
-            return
-        peeked: Any = None
-        unknown: frozenset[str] | None = None
-        while not done.is_set():
-            ahead = self._queued_ahead()
-            if ahead is not None and ahead != peeked:
-                peeked = ahead
-                if unknown is None:
-                    unknown = written_names(source, tree)
-                reply = await self._command(("ahead", ahead[0], ahead[1], unknown), ("bets",))
-                self.store.lookahead_bets(reply[1], origin="tail")
-                continue
-            if looking and self.store.finished_count != seen:
-                seen = self.store.finished_count
-                looking = (await self._command(("refresh",), ("looking",)))[1]
-                continue
-            events = [done, self._arrived]
-            if looking:
-                events.append(self.store.finished_signal())
-            await first_of(events)
-            if self._arrived.is_set() and not self._closed:
-                self._arrived = anyio.Event()
+    async def _peek_ahead(self, statements: tuple[str, ...], tail: str,
+                          unknown: frozenset[str]) -> list[tuple[str, tuple, dict]]:
+        return (await self._command(("ahead", statements, tail, unknown), ("bets",)))[1]
+
+    async def _refresh(self) -> bool:
+        return (await self._command(("refresh",), ("looking",)))[1]
 
     async def _tail(self, tail: str) -> None:
         if not tail.strip():
