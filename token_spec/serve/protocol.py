@@ -9,9 +9,9 @@ Every problem becomes ``APIError(status, message, param)``, rendered as
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..sampling import SamplingParams
 
@@ -38,6 +38,21 @@ def error_body(message: str, type: str = "invalid_request_error", param: str | N
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
+def _only(accepted: Callable[[Any], bool], message: str) -> AfterValidator:
+    """A field constraint for a parameter the server implements only in part: a value
+    ``accepted`` rejects is refused with ``message`` (a 400 naming the parameter,
+    never silently ignored)."""
+    def check(value: Any) -> Any:
+        if not accepted(value):
+            raise ValueError(message)
+        return value
+    return AfterValidator(check)
+
+
+_PENALTY = _only(lambda v: v == 0, "penalties are not supported (they would change the "
+                                   "target distribution); use 0")
+
+
 class _Common(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -48,20 +63,14 @@ class _Common(BaseModel):
     top_k: int = Field(default=0, ge=-1)  # vLLM: -1 (or 0) = off
     seed: int | None = None
     stop: str | list[str] | None = None
-    n: int = 1
+    n: Annotated[int, _only(lambda v: v == 1, "only n=1 is supported")] = 1
     stream: bool = False
     stream_options: dict[str, Any] | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: dict[str, float] | None = None
+    presence_penalty: Annotated[float, _PENALTY] = 0.0
+    frequency_penalty: Annotated[float, _PENALTY] = 0.0
+    logit_bias: Annotated[dict[str, float] | None,
+                          _only(lambda v: not v, "logit_bias is not supported")] = None
     user: str | None = None
-
-    @field_validator("n")
-    @classmethod
-    def _one_choice(cls, v: int) -> int:
-        if v != 1:
-            raise ValueError("only n=1 is supported")
-        return v
 
     @field_validator("stop")
     @classmethod
@@ -73,20 +82,6 @@ class _Common(BaseModel):
             raise ValueError(f"at most {MAX_STOP} stop sequences are allowed")
         if any(s == "" for s in stops):
             raise ValueError("stop sequences must be non-empty")
-        return v
-
-    @field_validator("presence_penalty", "frequency_penalty")
-    @classmethod
-    def _no_penalty(cls, v: float) -> float:
-        if v != 0:
-            raise ValueError("penalties are not supported (they would change the target distribution); use 0")
-        return v
-
-    @field_validator("logit_bias")
-    @classmethod
-    def _no_bias(cls, v):
-        if v:
-            raise ValueError("logit_bias is not supported")
         return v
 
     def sampling(self, default_max_tokens: int) -> SamplingParams:
@@ -123,22 +118,11 @@ class ChatRequest(_Common):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
-    tools: list[Any] | None = None
-    response_format: dict[str, Any] | None = None
-
-    @field_validator("tools")
-    @classmethod
-    def _no_tools(cls, v):
-        if v:
-            raise ValueError("tools are not supported by this server")
-        return v
-
-    @field_validator("response_format")
-    @classmethod
-    def _text_only(cls, v):
-        if v and v.get("type") not in (None, "text"):
-            raise ValueError("only response_format type 'text' is supported")
-        return v
+    tools: Annotated[list[Any] | None,
+                     _only(lambda v: not v, "tools are not supported by this server")] = None
+    response_format: Annotated[dict[str, Any] | None,
+                               _only(lambda v: not v or v.get("type") in (None, "text"),
+                                     "only response_format type 'text' is supported")] = None
 
     def chat_messages(self) -> list[dict]:
         return [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in self.messages]
@@ -158,30 +142,10 @@ class ChatRequest(_Common):
 class CompletionRequest(_Common):
     prompt: str | list[str] | list[int]
     logprobs: int | None = Field(default=None, ge=0, le=5)
-    echo: bool = False
-    suffix: str | None = None
-    best_of: int | None = None
-
-    @field_validator("echo")
-    @classmethod
-    def _no_echo(cls, v: bool) -> bool:
-        if v:
-            raise ValueError("echo is not supported")
-        return v
-
-    @field_validator("suffix")
-    @classmethod
-    def _no_suffix(cls, v):
-        if v:
-            raise ValueError("suffix is not supported")
-        return v
-
-    @field_validator("best_of")
-    @classmethod
-    def _best_of(cls, v):
-        if v not in (None, 1):
-            raise ValueError("only best_of=1 is supported")
-        return v
+    echo: Annotated[bool, _only(lambda v: not v, "echo is not supported")] = False
+    suffix: Annotated[str | None, _only(lambda v: not v, "suffix is not supported")] = None
+    best_of: Annotated[int | None,
+                       _only(lambda v: v in (None, 1), "only best_of=1 is supported")] = None
 
     @field_validator("prompt")
     @classmethod
