@@ -2,14 +2,16 @@
 
 Pure functions over the run dictionaries that ``spectool_bench.runner`` records (times in
 simulated seconds for simulated models). ``summarise`` gives the rows behind the
-stdout table and the JSON report; ``render_table`` formats them, naming the scorer.
+stdout table and the JSON report; ``render_table`` formats them, naming the scorer, as
+plain fixed-width columns (``_table`` over a list of column specs): each row splits on
+white space into its values, so the tables stay easy to parse and to diff.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .programs import MIXES, SHAPES
 
@@ -177,6 +179,73 @@ def _fmt(v, spec=".2f"):
     return "-" if v is None else format(v, spec)
 
 
+# A table column: (heading, width, alignment "<" or ">", row -> cell text). A cell is
+# padded to the width (wider text is kept whole), so every row of a table lines up with
+# its heading and splits on white space into the columns' values.
+Column = tuple[str, int, str, Callable[[dict[str, Any]], str]]
+
+
+def _num(key: str, spec: str = ".2f") -> Callable[[dict[str, Any]], str]:
+    """A row's number at ``key`` formatted by ``spec``; "-" where absent or None."""
+    return lambda r: _fmt(r.get(key), spec)
+
+
+def _count(key: str) -> Callable[[dict[str, Any]], str]:
+    """A row's count at ``key`` (0 where absent)."""
+    return lambda r: str(r.get(key, 0))
+
+
+def _text(key: str) -> Callable[[dict[str, Any]], str]:
+    return lambda r: str(r[key])
+
+
+def _table(columns: list[Column], rows: list[dict[str, Any]]) -> list[str]:
+    """The heading, a rule as wide as the heading, and one line per row."""
+    head = "".join(format(name, f"{align}{width}") for name, width, align, _ in columns)
+    return [head, "-" * len(head)] + [
+        "".join(format(cell(r), f"{align}{width}") for _, width, align, cell in columns)
+        for r in rows]
+
+
+def _run_columns(unit: str) -> list[Column]:
+    """The per-mode table (one row per decoding, concurrency and mode)."""
+    return [("decoding", 12, "<", _text("decoding")), ("conc", 5, ">", _text("concurrency")),
+            (" mode", 10, "<", lambda r: " " + r["mode"]),
+            ("wall " + unit, 11, ">", _num("wall_s", ".1f")), ("speedup", 9, ">", _num("speedup")),
+            ("vs van", 8, ">", _num("speedup_vs_vanilla_baseline")),
+            ("oracle", 8, ">", _num("oracle_speedup")), ("%orcl", 7, ">", _num("pct_of_oracle", ".0f")),
+            ("score", 7, ">", _num("score_official", ".3f")),
+            ("lenient", 8, ">", _num("score_lenient", ".3f")), ("calls", 7, ">", _text("sub_calls")),
+            ("sent", 6, ">", _text("server_requests")), ("hits", 6, ">", _text("hits")),
+            ("miss", 6, ">", _text("misses")), ("waste", 6, ">", _text("wasted")),
+            ("evict", 6, ">", _text("evicted"))]
+
+
+_SHAPE_COLUMNS: list[Column] = [
+    ("decoding", 12, "<", _text("decoding")), ("shape", 15, "<", _text("shape")),
+    ("baseline", 9, ">", _num("baseline_s", ".1f")), ("lazy", 8, ">", _num("lazy_s", ".1f")),
+    ("spec", 8, ">", _num("spec_s", ".1f")), ("spec x", 8, ">", _num("spec_speedup")),
+    ("oracle x", 9, ">", _num("oracle_speedup")), ("hits", 6, ">", _count("hits")),
+    ("waste", 6, ">", _count("wasted")),
+    ("score", 7, ">", lambda r: _fmt(r.get("spec_score", r.get("baseline_score")), ".3f"))]
+
+_MIX_COLUMNS: list[Column] = [
+    ("decoding", 12, "<", _text("decoding")), ("mix", 12, "<", _text("mix")),
+    ("baseline", 9, ">", _num("baseline_s", ".1f")), ("lazy", 8, ">", _num("lazy_s", ".1f")),
+    ("spec", 8, ">", _num("spec_s", ".1f")), ("lazy x", 8, ">", _num("lazy_speedup")),
+    ("spec x", 8, ">", _num("spec_speedup")), ("oracle x", 9, ">", _num("oracle_speedup"))]
+
+
+def _loaded_columns(unit: str) -> list[Column]:
+    """The loaded-server scenario (one row per mode and admission setting)."""
+    return [("mode", 9, "<", _text("mode")),
+            ("admission", 10, ">", lambda r: "on" if r["admission"] else "off"),
+            ("wall " + unit, 11, ">", _num("wall_s", ".1f")), ("speed", 7, ">", _num("speed")),
+            ("sent", 6, ">", _text("sent")),
+            ("needed", 7, ">", lambda r: "-" if r["needed"] is None else str(r["needed"])),
+            ("hits", 6, ">", _text("hits"))]
+
+
 def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
     unit = "sim s" if cfg.simulated else "s"
     label = ("SIMULATED models (spectool_bench.simulated): times are simulated seconds"
@@ -191,55 +260,22 @@ def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
              "%orcl = speedup / oracle; calls = sub-calls the cells made; sent = requests "
              "the server got (speculative ones included)",
              ""]
-    head = (f"{'decoding':<12}{'conc':>5} {'mode':<9}{'wall ' + unit:>11}{'speedup':>9}"
-            f"{'vs van':>8}{'oracle':>8}{'%orcl':>7}{'score':>7}{'lenient':>8}{'calls':>7}{'sent':>6}{'hits':>6}"
-            f"{'miss':>6}{'waste':>6}{'evict':>6}")
-    lines += [head, "-" * len(head)]
-    for r in summary["rows"]:
-        lines.append(
-            f"{r['decoding']:<12}{r['concurrency']:>5} {r['mode']:<9}{_fmt(r['wall_s'], '.1f'):>11}"
-            f"{_fmt(r['speedup']):>9}{_fmt(r['speedup_vs_vanilla_baseline']):>8}"
-            f"{_fmt(r['oracle_speedup']):>8}{_fmt(r['pct_of_oracle'], '.0f'):>7}"
-            f"{_fmt(r['score_official'], '.3f'):>7}{_fmt(r['score_lenient'], '.3f'):>8}"
-            f"{r['sub_calls']:>7}{r['server_requests']:>6}{r['hits']:>6}{r['misses']:>6}{r['wasted']:>6}{r['evicted']:>6}")
+    lines += _table(_run_columns(unit), summary["rows"])
     if summary["shapes"]:
         lines += ["", f"per shape (concurrency {min(cfg.concurrency)}; time in {unit}; "
                       "oracle = speed-up bound if every call started when its arguments were known)"]
-        head = (f"{'decoding':<12}{'shape':<15}{'baseline':>9}{'lazy':>8}{'spec':>8}"
-                f"{'spec x':>8}{'oracle x':>9}{'hits':>6}{'waste':>6}{'score':>7}")
-        lines += [head, "-" * len(head)]
-        for r in summary["shapes"]:
-            lines.append(
-                f"{r['decoding']:<12}{r['shape']:<15}{_fmt(r.get('baseline_s'), '.1f'):>9}"
-                f"{_fmt(r.get('lazy_s'), '.1f'):>8}{_fmt(r.get('spec_s'), '.1f'):>8}"
-                f"{_fmt(r.get('spec_speedup')):>8}{_fmt(r.get('oracle_speedup')):>9}"
-                f"{r.get('hits', 0):>6}{r.get('wasted', 0):>6}"
-                f"{_fmt(r.get('spec_score', r.get('baseline_score')), '.3f'):>7}")
+        lines += _table(_SHAPE_COLUMNS, summary["shapes"])
     if summary.get("mixes"):
         lines += ["", "per mix (the shapes' times summed; loop-heavy = "
                   + ", ".join(MIXES["loop-heavy"]) + "; batched = " + ", ".join(MIXES["batched"])
                   + ")"]
-        head = (f"{'decoding':<12}{'mix':<12}{'baseline':>9}{'lazy':>8}{'spec':>8}"
-                f"{'lazy x':>8}{'spec x':>8}{'oracle x':>9}")
-        lines += [head, "-" * len(head)]
-        for r in summary["mixes"]:
-            lines.append(
-                f"{r['decoding']:<12}{r['mix']:<12}{_fmt(r.get('baseline_s'), '.1f'):>9}"
-                f"{_fmt(r.get('lazy_s'), '.1f'):>8}{_fmt(r.get('spec_s'), '.1f'):>8}"
-                f"{_fmt(r.get('lazy_speedup')):>8}{_fmt(r.get('spec_speedup')):>8}"
-                f"{_fmt(r.get('oracle_speedup')):>9}")
+        lines += _table(_MIX_COLUMNS, summary["mixes"])
     if summary.get("loaded"):
         lines += ["", f"loaded server (SIMULATED server, latency x (1 + {cfg.loaded_alpha:g} (n - 1)) "
                       f"with n requests in service; shapes {', '.join(cfg.loaded_shapes)}; "
                       "concurrency 1, vanilla decoding; speed = baseline wall / wall; "
                       "sent = sub-model requests the server got, needed = baseline's)"]
-        head = (f"{'mode':<9}{'admission':>10}{'wall ' + unit:>11}{'speed':>7}{'sent':>6}"
-                f"{'needed':>7}{'hits':>6}")
-        lines += [head, "-" * len(head)]
-        for r in summary["loaded"]:
-            lines.append(f"{r['mode']:<9}{('on' if r['admission'] else 'off'):>10}"
-                         f"{_fmt(r['wall_s'], '.1f'):>11}{_fmt(r['speed']):>7}{r['sent']:>6}"
-                         f"{r['needed'] if r['needed'] is not None else '-':>7}{r['hits']:>6}")
+        lines += _table(_loaded_columns(unit), summary["loaded"])
     checks = summary.get("checks")
     if checks:
         lines += ["", "scores identical across modes (same seed): "
