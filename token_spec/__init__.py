@@ -52,12 +52,14 @@ _LAZY = {
     "NgramDrafter": "drafters",
     "SuffixDrafter": "drafters",
     "ModelDrafter": "drafters",
+    "HybridDrafter": "drafters",
     "CausalLM": "models",
     "LMSession": "models",
     "HFCausalLM": "models",
     "SpecMetrics": "metrics",
     "MetricsBook": "metrics",
     "load_draft": "draft_model",
+    "fast_draft": "draft_model",
     "DraftModel": "draft_model",
 }
 

@@ -5,7 +5,9 @@ One process, the same prompt ids for every engine. Engines (each a "method"):
 * ours, per target configuration ``--targets`` (``bf16``, ``bf16-q4``, ``fp32``; a
   configuration is a ``load_target`` call): ``<cfg>:vanilla`` and ``<cfg>:spec:<drafter>``
   for ``ngram`` / ``suffix`` / ``draft`` (the shipped 2-layer draft model, on the same
-  fast forward as the target, not padded: its numerics never affect the output);
+  fast forward as the target, not padded: its numerics never affect the output) and the
+  hybrids ``ngram+draft`` / ``suffix+draft`` (``HybridDrafter``: the lookup where it
+  matches, else up to ``--hybrid-model-tokens`` draft-model tokens);
 * Hugging Face ``generate()`` on the same weights in the same dtype (``--hf``):
   ``hf-<dtype>:greedy``, ``hf-<dtype>:prompt_lookup`` (``prompt_lookup_num_tokens``) and
   ``hf-<dtype>:assisted`` (``assistant_model`` = the draft model, HF's defaults);
@@ -41,7 +43,7 @@ from pathlib import Path
 
 __all__ = ["add_arguments", "run_bench", "format_table", "plot", "main_bench", "TARGET_CONFIGS", "OUR_DRAFTERS"]
 
-OUR_DRAFTERS = ("ngram", "suffix", "draft")
+OUR_DRAFTERS = ("ngram", "suffix", "draft", "ngram+draft", "suffix+draft")
 TARGET_CONFIGS = ("bf16", "bf16-q4", "fp32")
 HF_KINDS = ("greedy", "prompt_lookup", "assisted")
 
@@ -63,6 +65,8 @@ def add_arguments(b) -> None:
     b.add_argument("--gamma", type=int, default=4, help="draft length per round (default 4)")
     b.add_argument("--draft-confidence", type=float, default=0.4,
                    help="draft model: stop drafting where its top probability < this (HF's default 0.4; 0 = off)")
+    b.add_argument("--hybrid-model-tokens", type=int, default=4,
+                   help="hybrid drafters (ngram+draft, suffix+draft): most draft-model tokens per round (default 4)")
     b.add_argument("--adaptive", action="store_true", help="adaptive gamma (HF heuristic) instead of fixed")
     b.add_argument("--cost-aware", action="store_true",
                    help="gamma = CostAwareGamma with this target's measured pass costs (drafters without :G)")
@@ -241,8 +245,12 @@ def _load(cfg: str):
 
 
 def _drafter(name: str, target, draft, args):
-    from .drafters import ModelDrafter, NgramDrafter, SuffixDrafter
+    from .drafters import HybridDrafter, ModelDrafter, NgramDrafter, SuffixDrafter
 
+    lookup, plus, model = name.partition("+")
+    if plus:
+        return HybridDrafter(_drafter(lookup, target, draft, args), _drafter(model, target, draft, args),
+                             model_tokens=args.hybrid_model_tokens, name=name)
     if name == "ngram":
         return NgramDrafter()
     if name == "suffix":
@@ -256,9 +264,8 @@ def _build_methods(args, params) -> tuple[dict, dict, object]:
     """name -> callable(ids) -> Request, name -> identity reference name, a tokenizer-bearing target."""
     import torch
 
-    from .draft_model import load_draft
+    from .draft_model import fast_draft, load_draft
     from .engine import SpeculativeDecoder, VanillaDecoder
-    from .fast_forward import FastLlama
     from .gamma import AdaptiveGamma, CostAwareGamma, FixedGamma, measure_pass_costs
 
     costs = {}
@@ -279,10 +286,9 @@ def _build_methods(args, params) -> tuple[dict, dict, object]:
         target = _load(cfg)
         first = first or target
         draft_hf = None
-        if any(d.partition(":")[0] == "draft" for d in drafters) or "assisted" in args.hf_methods:
+        if any("draft" in d.partition(":")[0].split("+") for d in drafters) or "assisted" in args.hf_methods:
             draft_hf = load_draft(target.model)
-        draft_lm = FastLlama(draft_hf.hf_model, target.dtype, exact=False) if draft_hf is not None and target.fast \
-            else draft_hf
+        draft_lm = fast_draft(draft_hf, target.dtype) if draft_hf is not None and target.fast else draft_hf
         methods[f"{cfg}:vanilla"] = Ours(VanillaDecoder(target), params)
         reference[f"{cfg}:vanilla"] = f"{cfg}:vanilla"
         for spec in drafters:

@@ -95,6 +95,7 @@ def _checked_types() -> dict[str, object]:
         "drafters": _drafter_list,
         "targets": _comma_list(set(TARGET_CONFIGS) | {"auto"}),
         "gamma": _int_at_least(1),
+        "hybrid_model_tokens": _int_at_least(1),
         "draft_confidence": _float_within(0.0, 1.0),
         "temperature": _float_within(0.0),
         "hf": _comma_list({"auto", "none", "bf16", "fp32"}),

@@ -44,6 +44,7 @@ __all__ = [
     "DraftModel",
     "DraftWeightsMissing",
     "load_draft",
+    "fast_draft",
     "default_weights_path",
     "init_draft_from_target",
     "SubsetHead",
@@ -279,3 +280,30 @@ def load_draft(
         if name not in (EMBEDDING_KEY, LM_HEAD_KEY):
             param.requires_grad_(False)
     return DraftModel(draft, path=weights, metadata=meta)
+
+
+def fast_draft(draft: DraftModel, dtype: torch.dtype | None = None, *, weights: str = "auto"):
+    """The draft on the lean forward (``token_spec.fast_forward.FastLlama``, not padded:
+    a draft's numerics never reach the output), as a ``CausalLM`` for ``ModelDrafter``.
+
+    dtype: the target's compute dtype (default: bf16 where the CPU has it, else fp32).
+    weights: "int8" (decoder weights and the subset head as per-row int8, half the bytes
+    of bf16; ``token_spec.int8_weights``), "float" (the dtype itself), or "auto" = int8
+    in bf16, float in fp32 (the int8 GEMM takes bf16 activations)."""
+    from .fast_forward import FastLlama, default_dtype
+    from .int8_weights import Int8Linear, int8_layers
+
+    dtype = default_dtype() if dtype is None else dtype
+    if weights not in ("auto", "int8", "float"):
+        raise ValueError(f"weights must be 'auto', 'int8' or 'float', got {weights!r}")
+    if weights == "auto":
+        weights = "int8" if dtype == torch.bfloat16 else "float"
+    if weights == "float":
+        return FastLlama(draft.hf_model, dtype, exact=False)
+    if dtype != torch.bfloat16:
+        raise ValueError("int8 draft weights run with bf16 activations: pass dtype=torch.bfloat16")
+    hf = draft.hf_model
+    head = hf.get_output_embeddings()
+    ids = getattr(head, "vocab_ids", None)
+    rows = head.weight.detach()[ids.long()] if ids is not None else head.weight.detach()
+    return FastLlama(hf, dtype, exact=False, linears=int8_layers(hf), head=Int8Linear(rows))

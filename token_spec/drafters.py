@@ -20,6 +20,11 @@ changes how many tokens each target pass yields.
   drafter: it keeps its own KV session, rolls it back exactly to the verified prefix
   each round, and returns the warped q rows it sampled from (``None`` when greedy,
   where q is one-hot at the argmax).
+* ``HybridDrafter`` a lookup drafter first, a model drafter only where the lookup
+  finds nothing. Lookups are free and right often when they match, but they match in
+  a minority of rounds (about 1 round in 4 on the bench's code and agent prompts); in
+  bf16 a verify pass over 2..4 tokens costs about one 1-token pass, so filling the
+  other rounds with a few draft-model tokens (each ~8% of a target step here) pays.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import torch
 from .models import CausalLM, LMSession
 from .sampling import SamplingParams, sample, warp
 
-__all__ = ["Draft", "Drafter", "NgramDrafter", "SuffixDrafter", "ModelDrafter", "NgramIndex"]
+__all__ = ["Draft", "Drafter", "NgramDrafter", "SuffixDrafter", "ModelDrafter", "HybridDrafter", "NgramIndex"]
 
 
 @dataclass
@@ -258,3 +263,48 @@ class ModelDrafter:
     def end(self, output_ids: Sequence[int]) -> None:
         self._session = None
         self._cached = []
+
+
+class HybridDrafter:
+    """``lookup`` (an n-gram or suffix drafter) first; where it proposes nothing, ``model``
+    (a ``ModelDrafter``) drafts at most ``model_tokens`` tokens.
+
+    Which drafter runs is decided from the verified context alone (does the lookup
+    match?), before any token of the round is drawn, so q is a function of the context
+    and the verifier's guarantee holds for the mix (greedy: identity with vanilla).
+    The model's session lags behind during lookup rounds; ``ModelDrafter`` catches it
+    up in one forward over the missing verified tokens when it is next asked.
+    """
+
+    def __init__(self, lookup: Drafter, model: Drafter, *, model_tokens: int = 4, name: str | None = None) -> None:
+        if isinstance(model_tokens, bool) or not isinstance(model_tokens, int) or model_tokens < 1:
+            raise ValueError(f"model_tokens must be an int >= 1, got {model_tokens!r}")
+        lv, mv = getattr(lookup, "vocab_size", None), getattr(model, "vocab_size", None)
+        if lv is not None and mv is not None and int(lv) != int(mv):
+            raise ValueError(f"lookup and model drafters disagree on the vocabulary size ({lv} vs {mv})")
+        self.lookup, self.model = lookup, model
+        self.model_tokens = model_tokens
+        self.name = name or f"{lookup.name}+{model.name}"
+        if mv is not None:
+            self.vocab_size = int(mv)
+        self.rounds = {"lookup": 0, "model": 0}  # which drafter proposed, per round (diagnostics)
+
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        self.lookup.begin(prompt_ids)
+        self.model.begin(prompt_ids)
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Draft:
+        if k <= 0:
+            return _empty()
+        draft = self.lookup.propose(context, k, params, generator)
+        if draft.tokens.numel():
+            self.rounds["lookup"] += 1
+            return draft
+        self.rounds["model"] += 1
+        return self.model.propose(context, min(k, self.model_tokens), params, generator)
+
+    def end(self, output_ids: Sequence[int]) -> None:
+        self.lookup.end(output_ids)
+        self.model.end(output_ids)

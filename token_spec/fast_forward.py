@@ -17,8 +17,10 @@ How the invariance is kept (each point is tested bitwise in
   1536-wide down projection takes another kernel for a single row; fp32 needs 4, MKL
   takes GEMV / small-M paths below that), or always ``PAD_WIDTH`` with
   ``pad_mode="full"``. Dummy rows' results are dropped.
-* Attention: the queries of a short pass are padded to ``PAD_WIDTH`` rows, so every
-  pass runs its attention matmuls at one shape. Each query row's softmax and value sum
+* Attention: where the CPU's batched matmuls are not row-invariant (probed once per
+  thread count by ``attention_row_invariant``; on this project's AMD EPYC they are, at
+  1 and 2 threads), the queries of a short pass are padded to ``PAD_WIDTH`` rows, so
+  every pass runs its attention matmuls at one shape. Each query row's softmax and value sum
   run over the cached keys of the pass, with the row's future positions masked to
   ``-inf`` (exp = exactly 0). The
   key length of the pass is rounded up to a multiple of ``KEY_BLOCK``, with masked
@@ -45,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["FastLlama", "FastSession", "Dense", "PAD_WIDTH", "KEY_BLOCK", "supports_bf16", "default_dtype",
-           "row_invariant_width"]
+           "row_invariant_width", "attention_row_invariant", "attend"]
 
 PAD_WIDTH = 16  # widest exact pass; attention always runs at this many query rows
 KEY_BLOCK = 64  # key length of a pass is rounded up to a multiple of this (masked tail)
@@ -83,13 +85,19 @@ class FastLlama:
     batch-invariant; the negative control of the invariance test).
     pad_mode: "probe" (pad to the smallest width the CPU's GEMM kernels are measured
     row-invariant from) or "full" (always PAD_WIDTH rows).
-    pad_attention: also pad the attention's query rows to PAD_WIDTH.
+    pad_attention: "probe" (pad the attention's query rows to PAD_WIDTH only where the
+    CPU's attention matmuls are measured not row-invariant, see ``attention_padded``),
+    True (always pad) or False (never).
+    linears: per layer (qkv, o, gate_up, down) callables replacing the dense GEMMs (e.g.
+    Q4_1 or int8 weights); head: a callable replacing the dense LM head GEMM.
     """
 
     def __init__(self, hf_model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16, *,
-                 exact: bool = True, pad_mode: str = "probe", pad_attention: bool = True,
-                 attention: str = "eager", key_block: int = KEY_BLOCK, linears: list | None = None) -> None:
+                 exact: bool = True, pad_mode: str = "probe", pad_attention: bool | str = "probe",
+                 attention: str = "eager", key_block: int = KEY_BLOCK, linears: list | None = None,
+                 head=None) -> None:
         cfg = hf_model.config
+        custom_head = head
         if getattr(cfg, "model_type", "llama") != "llama":
             raise ValueError(f"FastLlama runs Llama-architecture models, got model_type={cfg.model_type!r}")
         if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
@@ -105,7 +113,10 @@ class FastLlama:
         self.exact = bool(exact)
         self.pad_mode = pad_mode
         self.pad_width = PAD_WIDTH
-        self.pad_attention = bool(pad_attention)
+        if pad_attention not in (True, False, "probe"):
+            raise ValueError(f"pad_attention must be True, False or 'probe', got {pad_attention!r}")
+        self.pad_attention = pad_attention
+        self._attention_probed: dict[int, bool] = {}
         self.key_block = max(1, int(key_block))
         self.hidden = int(cfg.hidden_size)
         self.n_heads = int(cfg.num_attention_heads)
@@ -113,8 +124,8 @@ class FastLlama:
         self.head_dim = int(getattr(cfg, "head_dim", None) or self.hidden // self.n_heads)
         self.group = self.n_heads // self.n_kv
         self.eps = float(cfg.rms_norm_eps)
-        if linears is not None and dtype != torch.bfloat16:
-            raise ValueError("custom (e.g. Q4_1) linears run with bf16 activations: pass dtype=torch.bfloat16")
+        if (linears is not None or custom_head is not None) and dtype != torch.bfloat16:
+            raise ValueError("custom (e.g. Q4_1, int8) linears run with bf16 activations: pass dtype=torch.bfloat16")
         self.weights = "float" if linears is None else "custom"
         self._probed: dict[int, int] = {}
         self.vocab_size = int(cfg.vocab_size)
@@ -154,7 +165,7 @@ class FastLlama:
                     layer.post_attention_layernorm.weight.detach().float().contiguous(), gu, down,
                 ))
             self.norm = m.norm.weight.detach().float().contiguous()  # norms scale in fp32
-            self._head = Dense(self.lm_head, dtype)
+            self._head = Dense(self.lm_head, dtype) if custom_head is None else custom_head
         # RoPE tables as HF Llama builds them: angles in fp32, cos/sin cast to the dtype.
         inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
         self._inv_freq = inv_freq
@@ -193,6 +204,28 @@ class FastLlama:
             self._probed[threads] = width
         return width
 
+    def attention_padded(self) -> bool:
+        """Whether a short pass pads its attention's query rows to PAD_WIDTH.
+
+        exact=False: never. pad_attention True / False: as told. "probe": pad unless
+        ``attention_row_invariant`` measures the eager attention matmuls row-invariant
+        at this thread count (once per count; sdpa is always padded: its kernels are
+        not row-invariant in bf16, measured). Unpadded, a one-token step computes 1
+        query row per head instead of 16."""
+        if not self.exact:
+            return False
+        if self.pad_attention != "probe":
+            return bool(self.pad_attention)
+        if self.attention == "sdpa":
+            return True
+        threads = torch.get_num_threads()
+        invariant = self._attention_probed.get(threads)
+        if invariant is None:
+            invariant = attention_row_invariant(self.dtype, self.n_kv, self.group, self.head_dim, self.scale,
+                                                self.pad_width, self.key_block)
+            self._attention_probed[threads] = invariant
+        return not invariant
+
     def _gemm_weights(self) -> list:
         first = self.layers[0]
         return [first[1], first[2], first[4], first[5], self._head]
@@ -224,7 +257,7 @@ class FastLlama:
         pad = self.pad_width
         # gemm rows (gw) and attention query rows (aw) of a short pass (n <= PAD_WIDTH)
         gw = max(n, self.gemm_width()) if n <= pad else n
-        aw = max(gw, pad) if (self.exact and self.pad_attention and n <= pad) else gw
+        aw = max(gw, pad) if (n <= pad and self.attention_padded()) else gw
         rows = ids
         if gw > n:  # pad with token 0; padded rows sit at positions end..start+gw-1
             rows = torch.cat([ids, ids.new_zeros(gw - n)])
@@ -273,10 +306,7 @@ class FastLlama:
                 att = att[:, :gw].transpose(0, 1).reshape(gw, q_dim)
             else:
                 qg = q.reshape(nkv, g * aw, hd)  # heads of one kv group stacked: [kv, g*aw, hd]
-                # scores = mask + (q k^T) * 2^-3: scaling by a power of two is exact
-                scores = torch.baddbmm(mask, qg, keys.transpose(1, 2), alpha=self.scale)
-                probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(self.dtype)  # fp32 softmax
-                att = torch.bmm(probs, vals)  # [kv, g*aw, hd]
+                att = attend(qg, keys, vals, mask, self.scale)  # [kv, g*aw, hd]
                 att = att.view(self.n_heads, aw, hd)[:, :gw].transpose(0, 1).reshape(gw, q_dim)
             x = x + w_o(att)
             h = self._rms(x, w_post)
@@ -286,9 +316,9 @@ class FastLlama:
         cache.length = end
         keep = n if logits_rows is None else max(1, min(int(logits_rows), n))
         if gw == n:  # unpadded (e.g. a prefill): the head runs on the kept rows only
-            logits = F.linear(self._rms(x[n - keep : n], self.norm), self.lm_head)
+            logits = self._head(self._rms(x[n - keep : n], self.norm))
         else:  # padded: the head (a GEMM) runs on all gw rows, so row i never depends on `keep`
-            logits = F.linear(self._rms(x, self.norm), self.lm_head)[n - keep : n]
+            logits = self._head(self._rms(x, self.norm))[n - keep : n]
         if self.head_ids is not None:  # subset head: full-width rows, -inf outside the subset
             full = logits.new_full((keep, self.vocab_size), float("-inf"), dtype=torch.float32)
             full[:, self.head_ids] = logits.float()
@@ -305,6 +335,52 @@ class Dense:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight)
+
+
+def attend(qg: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Masked attention of one pass, per kv head: qg [kv, R, hd] (the g query heads of a
+    kv head stacked), keys / vals [kv, T, hd], mask [1 or kv, R, T] additive (0 / -inf)
+    -> [kv, R, hd] in the compute dtype.
+
+    scores = mask + (q k^T) * scale (a power of two here: exact), softmax in fp32 over the
+    T keys (masked keys: exp = exactly 0), then probs @ vals."""
+    scores = torch.baddbmm(mask, qg, keys.transpose(1, 2), alpha=scale)  # [kv, R, T]
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(qg.dtype)
+    return torch.bmm(probs, vals)
+
+
+def attention_row_invariant(dtype: torch.dtype, n_kv: int, group: int, head_dim: int, scale: float,
+                            max_width: int = PAD_WIDTH, key_block: int = KEY_BLOCK, attend_fn=None) -> bool:
+    """True iff ``attend`` over R = group * w query rows gives, for every w in 1..max_width,
+    bit for bit the rows it gives at w = max_width, at several key lengths (pseudo-random
+    q, k, v; causal-style masks with a masked tail).
+
+    Like ``row_invariant_width`` for the GEMMs: the kernel a BLAS runs for a batched
+    matmul depends on the shape and the threads, never on the values, so a probe over
+    enough values settles it for this process (e.g. oneDNN's AMX kernels start at some
+    row count on CPUs that have AMX). ``attend_fn`` replaces ``attend`` (tests)."""
+    fn = attend if attend_fn is None else attend_fn
+    gen = torch.Generator().manual_seed(4321)
+    with torch.inference_mode():
+        for t in (key_block, 4 * key_block, 16 * key_block):
+            q = torch.randn(n_kv, group, max_width, head_dim, generator=gen).to(dtype)
+            k = torch.randn(n_kv, t, head_dim, generator=gen).to(dtype)
+            v = torch.randn(n_kv, t, head_dim, generator=gen).to(dtype)
+            # row r (position t - max_width - 3 + r) sees keys up to its position; the tail is masked
+            pos = torch.arange(t - max_width - 3, t - 3)
+            base = torch.zeros(max_width, t, dtype=dtype)
+            base.masked_fill_(torch.arange(t)[None, :] > pos[:, None], float("-inf"))
+
+            def run(w: int) -> torch.Tensor:
+                mask = base[:w].repeat(group, 1)[None]  # [1, g*w, t]
+                out = fn(q[:, :, :w].reshape(n_kv, group * w, head_dim), k, v, mask, scale)
+                return out.view(n_kv, group, w, head_dim)
+
+            ref = run(max_width)
+            for w in range(1, max_width):
+                if not torch.equal(run(w), ref[:, :, :w]):
+                    return False
+    return True
 
 
 def row_invariant_width(gemm, max_width: int = PAD_WIDTH, rows: int = 64) -> int:

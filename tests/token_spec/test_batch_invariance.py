@@ -108,6 +108,55 @@ def test_full_padding_is_batch_invariant_too(fast_target, prompt_ids):
     assert not bad
 
 
+def test_padded_attention_is_batch_invariant_too(fast_target, prompt_ids):
+    padded = FastLlama(fast_target.model, fast_target.dtype, pad_attention=True)
+    assert padded.attention_padded()
+    bad = _mismatches(padded, prompt_ids, _continuation(24, seed=6), (0, 3), (1, 2, 7, 16))
+    assert not bad
+
+
+def _width_dependent_attend(qg, keys, vals, mask, scale):
+    """A kernel whose reduction order changes with the row count (as a BLAS may): narrow
+    calls sum the scores in fp32 before rounding, wide calls round first."""
+    if qg.shape[1] < 8:
+        qg = qg.float()
+        keys, vals, mask = keys.float(), vals.float(), mask.float()
+    scores = torch.baddbmm(mask, qg, keys.transpose(1, 2), alpha=scale)
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(qg.dtype)
+    return torch.bmm(probs, vals).to(keys.dtype if qg.shape[1] >= 8 else torch.bfloat16)
+
+
+def test_attention_probe_catches_a_width_dependent_kernel_and_passes_a_row_wise_one():
+    from token_spec.fast_forward import attend, attention_row_invariant
+
+    args = (torch.bfloat16, 3, 3, 64, 0.125)
+    assert attention_row_invariant(*args, attend_fn=_width_dependent_attend) is False  # negative control
+
+    def row_by_row(qg, keys, vals, mask, scale):  # one row per call: invariant by construction
+        return torch.cat([attend(qg[:, i : i + 1], keys, vals, mask[:, i : i + 1], scale)
+                          for i in range(qg.shape[1])], dim=1)
+
+    assert attention_row_invariant(*args, attend_fn=row_by_row) is True
+
+
+def test_the_forward_pads_attention_exactly_when_the_probe_says_so(fast_target, prompt_ids, monkeypatch):
+    import token_spec.fast_forward as ff
+
+    calls = []
+
+    def probe(*a, **k):
+        calls.append(a)
+        return False  # as on a CPU whose batched matmuls change kernel by row count
+
+    monkeypatch.setattr(ff, "attention_row_invariant", probe)
+    lm = FastLlama(fast_target.model, fast_target.dtype)
+    assert lm.attention_padded() and lm.attention_padded() and len(calls) == 1  # probed once per thread count
+    assert not _mismatches(lm, prompt_ids, _continuation(20, seed=7), (1,), (1, 5, 16))
+    assert not FastLlama(fast_target.model, fast_target.dtype, exact=False).attention_padded()
+    with pytest.raises(ValueError, match="pad_attention"):
+        FastLlama(fast_target.model, fast_target.dtype, pad_attention="always")
+
+
 def test_two_threads_are_batch_invariant(fast_target, prompt_ids):
     before = torch.get_num_threads()
     torch.set_num_threads(2)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from token_spec.drafters import ModelDrafter, NgramDrafter, SuffixDrafter
+from token_spec.drafters import HybridDrafter, ModelDrafter, NgramDrafter, SuffixDrafter
 from token_spec.engine import SpeculativeDecoder, VanillaDecoder
 from token_spec.gamma import AdaptiveGamma, FixedGamma
 from token_spec.sampling import SamplingParams
@@ -53,20 +53,22 @@ assert len(PROMPTS) >= 100 and len({str(p) for p in PROMPTS}) == len(PROMPTS)
 
 
 def _fast_draft(target):
-    from token_spec.draft_model import DraftWeightsMissing, load_draft
-    from token_spec.fast_forward import FastLlama
+    from token_spec.draft_model import DraftWeightsMissing, fast_draft, load_draft
 
     try:
         draft = load_draft(target.model)
     except DraftWeightsMissing as exc:
         pytest.skip(f"distilled draft weights not built yet: {exc}")
-    return ModelDrafter(FastLlama(draft.hf_model, target.dtype, exact=False), name="draft_model")
+    return ModelDrafter(fast_draft(draft, target.dtype), name="draft_model")  # int8 weights in bf16
 
 
 DRAFTERS = {
     "ngram": (lambda t: NgramDrafter(n_min=1), lambda: FixedGamma(4)),
     "suffix": (lambda t: SuffixDrafter(n_min=1), lambda: AdaptiveGamma(initial=3, max_gamma=15)),
     "draft_model": (_fast_draft, lambda: FixedGamma(3)),
+    # the lookup where it matches (n >= 2), the draft model in every other round
+    "ngram+draft_model": (lambda t: HybridDrafter(NgramDrafter(), _fast_draft(t), model_tokens=3),
+                          lambda: FixedGamma(6)),
 }
 
 
