@@ -237,3 +237,35 @@ def test_q4_path_is_batch_invariant(q4_target, prompt_ids):
     offsets = (0, KEY_BLOCK - len(prompt_ids) - 5)
     bad = _mismatches(q4_target.fast, prompt_ids, tokens, offsets, range(1, PAD_WIDTH + 1))
     assert not bad
+
+
+# ------------------------------------------------------------------ fp32
+
+
+@pytest.mark.parametrize("kernel", ["auto", "blas"])
+def test_fp32_fast_path_is_batch_invariant_with_either_gemm_kernel(target, prompt_ids, kernel):
+    from token_spec.fast_forward import Dense
+
+    lm = FastLlama(target.model, torch.float32)  # the HF fixture's fp32 weights
+    if kernel == "blas":  # MKL's GEMM instead of oneDNN's inner product: probed to its own width
+        lm.layers = [(a, Dense(b.weight, torch.float32, "blas"), Dense(c.weight, torch.float32, "blas"), d,
+                      Dense(e.weight, torch.float32, "blas"), Dense(f.weight, torch.float32, "blas"))
+                     for (a, b, c, d, e, f) in lm.layers]
+        lm._head = Dense(lm.lm_head, torch.float32, "blas")
+    assert lm.gemm_width() <= PAD_WIDTH
+    bad = _mismatches(lm, prompt_ids, _continuation(24, seed=8), (0, 4), range(1, PAD_WIDTH + 1))
+    assert not bad
+
+
+def test_a_bad_gemm_kernel_name_is_refused():
+    from token_spec.fast_forward import Dense
+
+    with pytest.raises(ValueError, match="kernel"):
+        Dense(torch.zeros(2, 2), torch.float32, "cublas")
+
+
+def test_fp32_unpadded_forward_is_caught_differing(target, prompt_ids):
+    """Negative control for the fp32 test above: without padding, fp32 passes differ by width."""
+    unpadded = FastLlama(target.model, torch.float32, exact=False)
+    bad = _mismatches(unpadded, prompt_ids, _continuation(24, seed=8), (0, 4), range(1, PAD_WIDTH + 1))
+    assert bad, "the unpadded fp32 forward matched bit for bit: the fp32 test would not catch a violation"
