@@ -184,7 +184,8 @@ def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
                                    f"sub={cfg.sub_model or 'simulated'}")
     lines = [f"OOLONG-style benchmark [{label}]",
              f"dataset={cfg.dataset} context_tokens={list(cfg.context_tokens)} "
-             f"seeds={list(cfg.seeds)} repeats={cfg.repeats} time_scale={cfg.time_scale}",
+             f"seeds={list(cfg.seeds)} repeats={cfg.repeats} time_scale={cfg.time_scale} "
+             f"tasks={getattr(cfg, 'tasks', 'synth')}",
              "score = official OOLONG-synth scorer (Pairs: set F1); lenient = lenient scorer",
              "speedup = vs baseline, same decoding; vs van = vs baseline with vanilla root "
              "decoding (both tiers); oracle = bound's speed-up (concurrency 1); "
@@ -205,12 +206,13 @@ def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
     if summary["shapes"]:
         lines += ["", f"per shape (concurrency {min(cfg.concurrency)}; time in {unit}; "
                       "oracle = speed-up bound if every call started when its arguments were known)"]
-        head = (f"{'decoding':<12}{'shape':<15}{'baseline':>9}{'lazy':>8}{'spec':>8}"
+        width = max([15] + [len(r["shape"]) + 1 for r in summary["shapes"]])
+        head = (f"{'decoding':<12}{'shape':<{width}}{'baseline':>9}{'lazy':>8}{'spec':>8}"
                 f"{'spec x':>8}{'oracle x':>9}{'hits':>6}{'waste':>6}{'score':>7}")
         lines += [head, "-" * len(head)]
         for r in summary["shapes"]:
             lines.append(
-                f"{r['decoding']:<12}{r['shape']:<15}{_fmt(r.get('baseline_s'), '.1f'):>9}"
+                f"{r['decoding']:<12}{r['shape']:<{width}}{_fmt(r.get('baseline_s'), '.1f'):>9}"
                 f"{_fmt(r.get('lazy_s'), '.1f'):>8}{_fmt(r.get('spec_s'), '.1f'):>8}"
                 f"{_fmt(r.get('spec_speedup')):>8}{_fmt(r.get('oracle_speedup')):>9}"
                 f"{r.get('hits', 0):>6}{r.get('wasted', 0):>6}"
