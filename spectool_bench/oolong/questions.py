@@ -16,7 +16,10 @@ over as data; the code is this project's own.
   subset clause and use the labels present in the subset.
 * **User**: most / second-most represented user (dropped on ties); one user drawn from
   the 50 most frequent (the official ``min(1, …)`` makes the "subset" one user) and a
-  counting block over that user's lines; per label (first-seen order): the user with
+  counting block over that user's lines (the official subset questions "among these
+  users, which user is represented most often" and "… has the most instances with the
+  label X" need two or more subset users, so with one user they never exist and are not
+  generated here); per label (first-seen order): the user with
   the most instances of it (dropped on ties) and "User A or User B?" between ranks
   drawn from the label's top 10 (asked only when A leads by more than one).
 * **Timeline**: most / second-most frequent date (dropped on ties); "how many dates are
