@@ -17,8 +17,8 @@ length (two windows x 25, ``subsample.py``; 1,300 rows = trec_coarse and spam x 
 lengths 1K..4M x 50), so the 300 public questions (50 of the 131K split, 250 of a
 published GPT-5 run whose lengths are not stated) span at least six lengths. Like is
 compared with like: the 131K public counts with the generator at 128K, and the pooled
-public counts with the generator pooled over 1K..128K, each length weighted equally as
-the release weights them (longer lengths, 256K..4M, are too slow to generate here).
+public counts with the generator pooled over the release's 13 lengths 1K..4M, each
+length weighted equally as the release weights them (and, for reference, over 1K..128K).
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ MIX_TYPES = {"relative": "TASK_TYPE.RELATIVE_FREQ", "numeric": "TASK_TYPE.NUMERI
 # public per-type counts (the rest of the 300 are 4 SECOND_MOST_FREQ)
 PUBLIC_131K = {"relative": 29, "numeric": 12, "most": 5, "least": 4}  # of 50 (2 windows)
 PUBLIC_POOLED = {"relative": 169, "numeric": 77, "most": 30, "least": 20}  # of 300
+PUBLIC_250 = {k: PUBLIC_POOLED[k] - PUBLIC_131K[k] for k in PUBLIC_POOLED}  # the GPT-5 run
 WINDOW_SIZES = (8192, 32768, 131072)
-MIX_SIZES = tuple(1024 * 2**k for k in range(8))  # 1K .. 128K
+MIX_SIZES = tuple(1024 * 2**k for k in range(13))  # 1K .. 4M, the release's lengths
 
 
 def _official_window(dataset: str, L: int, rng: random.Random) -> dict:
@@ -76,12 +77,19 @@ def _generated(dataset: str, L: int, windows: int) -> tuple[dict, Counter, int]:
 
 
 def _windows_for(L: int, windows: int) -> int:
-    """Fewer windows at the long lengths (generation time grows with N)."""
-    return max(8, windows // 4 if L >= 131072 else windows // 2 if L >= 65536 else windows)
+    """Fewer windows at the long lengths (generation time grows with N: a 4M window
+    holds about 102,000 lines and takes about 1.6 s)."""
+    div = (40 if L >= 1 << 20 else 20 if L >= 1 << 18 else 4 if L >= 1 << 17
+           else 2 if L >= 1 << 16 else 1)
+    return max(8, windows // div)
 
 
 def _share(types: Counter, total: int) -> dict:
     return {k: types[t] / total if total else 0.0 for k, t in MIX_TYPES.items()}
+
+
+def _size(L: int) -> str:
+    return f"{L >> 20}M" if L >= 1 << 20 else f"{L >> 10}K"
 
 
 def _gap(a: float, b: float) -> str:
@@ -93,11 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--windows", type=int, default=400,
                     help="windows per length up to 32K (half at 64K, a quarter at 128K)")
     ap.add_argument("--dataset", default="trec_coarse", choices=sorted(SPECS))
+    ap.add_argument("--max-length", type=int, default=MIX_SIZES[-1],
+                    help="longest context length of the task-type mix (default 4M)")
     args = ap.parse_args(argv)
     if args.windows < 1:
         ap.error("--windows must be >= 1")
+    if args.max_length < WINDOW_SIZES[-1]:
+        ap.error(f"--max-length must be >= {WINDOW_SIZES[-1]}")
     gen: dict[int, tuple[dict, Counter, int]] = {}
-    for L in sorted(set(MIX_SIZES) | set(WINDOW_SIZES)):
+    mix_sizes = [L for L in MIX_SIZES if L <= args.max_length]
+    for L in sorted(set(mix_sizes) | set(WINDOW_SIZES)):
         try:
             gen[L] = _generated(args.dataset, L, _windows_for(L, args.windows))
         except ValueError:  # a length too short for this dataset
@@ -123,20 +136,28 @@ def main(argv: list[str] | None = None) -> int:
           "LEAST_FREQ |")
     print("|---|---|---|---|---|---|")
     shares = {}
-    for L in MIX_SIZES:
+    for L in mix_sizes:
         if L in gen:
             _, types, total = gen[L]
             shares[L] = _share(types, total)
-            print(f"| generator {L // 1024}K | {total} | "
+            print(f"| generator {_size(L)} | {total} | "
                   + " | ".join(f"{shares[L][k]:.3f}" for k in MIX_TYPES) + " |")
-    pooled = {k: sum(s[k] for s in shares.values()) / len(shares) for k in MIX_TYPES}
+
+    def pooled_over(sizes) -> dict:
+        """Equal weight per length, as the release holds 50 questions per length."""
+        return {k: sum(shares[L][k] for L in sizes) / len(sizes) for k in MIX_TYPES}
+
     sizes = sorted(shares)
+    short = [L for L in sizes if L <= 131072]
     p131 = {k: v / 50 for k, v in PUBLIC_131K.items()}
     p300 = {k: v / 300 for k, v in PUBLIC_POOLED.items()}
+    pools = [short, sizes] if len(short) < len(sizes) else [sizes]
     rows = [
-        (f"generator pooled {sizes[0] // 1024}K..{sizes[-1] // 1024}K (equal weight)", "-",
-         pooled),
+        *((f"generator pooled {_size(pool[0])}..{_size(pool[-1])} (equal weight)", "-",
+           pooled_over(pool)) for pool in pools),
         ("public 131K (2 windows)", "50", p131),
+        ("public GPT-5 run (lengths not stated)", "250",
+         {k: v / 250 for k, v in PUBLIC_250.items()}),
         ("public pooled (>= 6 lengths)", "300", p300),
     ]
     for name, n, share in rows:
@@ -147,8 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     if 131072 in shares:
         print("| gap: generator 128K vs public 131K | | "
               + " | ".join(_gap(shares[131072][k], p131[k]) for k in MIX_TYPES) + " |")
-    print("| gap: generator pooled vs public pooled | | "
-          + " | ".join(_gap(pooled[k], p300[k]) for k in MIX_TYPES) + " |")
+    for pool in pools:
+        share = pooled_over(pool)
+        print(f"| gap: generator pooled {_size(pool[0])}..{_size(pool[-1])} vs public "
+              "pooled | | " + " | ".join(_gap(share[k], p300[k]) for k in MIX_TYPES) + " |")
     return 0
 
 
