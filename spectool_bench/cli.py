@@ -89,6 +89,13 @@ def register(subparsers: Any) -> None:
                     choices=["trec_coarse", "spam", "imdb", "agnews", "negation", "yahoo",
                              "formality", "multinli", "metaphors", "app_reviews"],
                     help="label set of the generated windows (default trec_coarse)")
+    oo.add_argument("--tasks", choices=["synth", "pairs", "both"], default="synth",
+                    help="questions: synth (OOLONG-synth, default), pairs (the 20 OOLONG-Pairs "
+                         "tasks, scored by pair F1; trec_coarse only) or both")
+    oo.add_argument("--all-windows", action="store_true",
+                    help="keep windows the official subsample drops (fewer than 25 "
+                         "questions) with all their questions; default: seed i is the i-th "
+                         "window the official subsample keeps")
     oo.add_argument("--data", type=Path, default=None,
                     help="official OOLONG files (parquet/JSONL/JSON, or a folder) instead of "
                          "the generator; needs --root-model")
@@ -147,7 +154,8 @@ def run_oolong(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         shapes=tuple(dict.fromkeys(args.shapes)), accuracy=args.accuracy,
         time_scale=args.time_scale or (1.0 if real else 0.1),
         root_model=args.root_model, sub_model=args.sub_model, max_turns=args.max_turns,
-        max_questions=args.max_questions, data=args.data,
+        max_questions=args.max_questions, data=args.data, tasks=args.tasks,
+        all_windows=args.all_windows,
         model_kwargs={k: v for k, v in (("api_base", args.api_base),
                                         ("api_key", args.api_key)) if v} or None,
         progress=not args.no_progress, plots=not args.no_plots)

@@ -25,6 +25,11 @@ Each shape is modelled on real RLM trajectories over OOLONG windows:
 * ``helper_across_cells``: a helper function defined in one cell (with an exploration
   print) and called in a loop in the next turn's cell.
 
+For an OOLONG-Pairs question (``group == "pairs"``) every label shape first sorts the
+instance lines by user id, so each user's lines are classified together by the
+sub-calls, and the aggregation builds the pair list in Python
+(``oolong.solutions``); the answer is the printed pair template.
+
 Two mixes (``MIXES``) group the shapes the table reports side by side: ``loop-heavy``
 (the RLM paper's trajectories: blocking sub-calls in loops) and ``batched`` (current
 models in batch-first harnesses: exploration, one batched call at the end of a cell,
@@ -133,6 +138,12 @@ def build_program(window: Window, question: Question, shape: str, seed: int = 0)
     data = 'data = [l for l in lines if " || Instance: " in l]\n'
     plan = (f"There are {n} instance lines between a header and a footer. I will label them "
             f"in chunks of {chunk} lines with the sub-model, then count in Python.")
+    if question.group == "pairs":  # OOLONG-Pairs: each user's lines go to the sub-model
+        # together (a stable sort by user id), the pairs are built in Python
+        data += 'data.sort(key=lambda l: int(l.split(" || ")[1][6:]))\n'
+        plan = (f"There are {n} instance lines. The pairs depend on each user's labels, so I "
+                f"group the lines by user, label them in chunks of {chunk} lines with the "
+                f"sub-model, then build the pairs in Python.")
     turns = [_EXPLORE]
     calls: list[list[CallSpec]] = [[]]
 

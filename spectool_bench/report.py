@@ -253,7 +253,8 @@ def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
                                    f"sub={cfg.sub_model or 'simulated'}")
     lines = [f"OOLONG-style benchmark [{label}]",
              f"dataset={cfg.dataset} context_tokens={list(cfg.context_tokens)} "
-             f"seeds={list(cfg.seeds)} repeats={cfg.repeats} time_scale={cfg.time_scale}",
+             f"seeds={list(cfg.seeds)} repeats={cfg.repeats} time_scale={cfg.time_scale} "
+             f"tasks={getattr(cfg, 'tasks', 'synth')}",
              "score = official OOLONG-synth scorer (Pairs: set F1); lenient = lenient scorer",
              "speedup = vs baseline, same decoding; vs van = vs baseline with vanilla root "
              "decoding (both tiers); oracle = bound's speed-up (concurrency 1); "
@@ -264,7 +265,9 @@ def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
     if summary["shapes"]:
         lines += ["", f"per shape (concurrency {min(cfg.concurrency)}; time in {unit}; "
                       "oracle = speed-up bound if every call started when its arguments were known)"]
-        lines += _table(_SHAPE_COLUMNS, summary["shapes"])
+        width = max([15] + [len(r["shape"]) + 1 for r in summary["shapes"]])  # pairs-<shape> rows are longer
+        columns = [(n, width, al, c) if n == "shape" else (n, w, al, c) for n, w, al, c in _SHAPE_COLUMNS]
+        lines += _table(columns, summary["shapes"])
     if summary.get("mixes"):
         lines += ["", "per mix (the shapes' times summed; loop-heavy = "
                   + ", ".join(MIXES["loop-heavy"]) + "; batched = " + ", ".join(MIXES["batched"])

@@ -1,9 +1,14 @@
 """`spectool bench oolong`: run the OOLONG-style benchmark in baseline / lazy / spec.
 
-Workload: for each seed and context size, one generated window; for each program
-shape (``spectool_bench.programs.SHAPES``) one question from it (label shapes rotate over
-the tasks that need labels; ``pure_python`` takes a label-free task). Each (question,
-shape) is an *episode*: a ``spectool_agents.ReplAgent`` run with a root model and a
+Workload: for each seed and context size, one generated window (seed *i* = the *i*-th
+window the official subsample keeps, ``oolong.generator.kept_window``; ``all_windows``
+keeps every window with all its questions); for each program shape
+(``spectool_bench.programs.SHAPES``) one question from it (label shapes rotate over the
+tasks that need labels; ``pure_python`` takes a label-free task). ``tasks`` picks the
+question set: ``synth`` (the OOLONG-synth questions, the default), ``pairs`` (the 20
+OOLONG-Pairs tasks, ``oolong.pairs``: per label shape one task, rotating over the 20;
+the program classifies each user's lines with sub-calls and builds the pairs in code;
+scored by ``pairs_f1``) or ``both``. Each (question, shape) is an *episode*: a ``spectool_agents.ReplAgent`` run with a root model and a
 sub-model. By default both are **simulated** (``spectool_bench.simulated``) and every
 latency is slept at ``time_scale`` of its simulated value; all times reported are
 *simulated seconds* (wall seconds / time_scale). With ``--root-model`` /
@@ -31,13 +36,14 @@ from typing import Any
 import anyio
 
 from .oolong import generate_window, score
-from .oolong.generator import Question, Window
+from .oolong.generator import Question, Window, kept_window
 from .oracle import oracle_episode_time
 from .programs import GUIDE_TOOL_S, SHAPES, Program, build_program
 from .report import DECODINGS, MODES, label_waste, render_table, summarise
 from .simulated import (SIMULATED, DecodingModel, SimulatedRootModel, SimulatedServer,
                         SimulatedSubModel, SimulatedToolLatency)
 
+TASKS = ("synth", "pairs", "both")
 GUIDE_TEXT = ("Labelling guide: read each line's instance text and pick the single best "
               "label from the list; never skip a line.\n")
 
@@ -62,6 +68,8 @@ class BenchConfig:
     model_kwargs: dict | None = None  # extra litellm arguments (api_base, api_key, ...)
     max_questions: int | None = None  # real root model: questions per window (default all)
     data: Path | None = None  # official OOLONG files instead of the generator (oolong.loader)
+    tasks: str = "synth"  # "synth" | "pairs" (the 20 OOLONG-Pairs tasks) | "both"
+    all_windows: bool = False  # keep windows the official subsample drops (< 25 questions)
     max_turns: int = 6
     progress: bool = True
     plots: bool = True
@@ -90,6 +98,14 @@ class BenchConfig:
             raise ValueError("time scale must be > 0")
         if not 0 <= self.accuracy <= 1:
             raise ValueError("accuracy must be in [0, 1]")
+        if self.tasks not in TASKS:
+            raise ValueError(f"tasks must be one of {TASKS}, got {self.tasks!r}")
+        if self.tasks != "synth" and self.data is not None:
+            raise ValueError("--tasks applies to generated windows; --data runs the file's own "
+                             "questions (OOLONG-Pairs JSON included)")
+        if self.tasks != "synth" and self.dataset != "trec_coarse":
+            raise ValueError("OOLONG-Pairs is defined over trec_coarse windows (RLM paper E.1); "
+                             f"got --dataset {self.dataset}")
         if self.data is not None and self.root_model is None:
             raise ValueError("--data needs --root-model: the simulated root model only writes "
                              "programs for generated questions")
@@ -108,6 +124,24 @@ class EpisodeSpec:
     program: Program | None
     tokens_per_s: float
     seed: int
+    kind: str = "synth"  # "synth" | "pairs"
+
+    @property
+    def label(self) -> str:
+        """The shape name reports use (Pairs episodes: ``pairs-<shape>``)."""
+        return self.shape if self.kind == "synth" else f"pairs-{self.shape}"
+
+
+def window_for(cfg: BenchConfig, context_tokens: int, seed: int) -> Window:
+    """The generated window of ``seed``: the ``seed``-th one the official subsample keeps
+    (``kept_window``), or with ``all_windows`` the generator's own ``seed`` with every
+    question even when the official subsample would drop it."""
+    if not cfg.all_windows:
+        return kept_window(cfg.dataset, context_tokens, seed)
+    window = generate_window(cfg.dataset, context_tokens, seed)
+    if window.dropped:
+        window.questions = list(window.all_questions)
+    return window
 
 
 def make_workload(cfg: BenchConfig, seed: int) -> list[EpisodeSpec]:
@@ -118,14 +152,21 @@ def make_workload(cfg: BenchConfig, seed: int) -> list[EpisodeSpec]:
 
         windows = select_windows(cfg.data, cfg.context_tokens, seed)
     else:
-        windows = [generate_window(cfg.dataset, L, seed) for L in cfg.context_tokens]
+        windows = [window_for(cfg, L, seed) for L in cfg.context_tokens]
     for window in windows:
         L = window.context_tokens or cfg.context_tokens[0]
         rng = random.Random(f"workload:{cfg.dataset}:{L}:{seed}")
+        pairs = window.pairs_questions() if cfg.tasks != "synth" else []
         if cfg.root_model is not None:  # a real root model writes its own programs
-            for q in window.questions[:cfg.max_questions]:
-                episodes.append(EpisodeSpec(f"s{seed}-{L // 1024}K-{q.task}-{len(episodes)}",
-                                            window, q, "model-written", None, 0.0, seed))
+            synth = window.questions if cfg.tasks != "pairs" else []
+            for kind, qs in (("synth", synth), ("pairs", pairs)):
+                for q in qs[:cfg.max_questions]:
+                    episodes.append(EpisodeSpec(
+                        f"s{seed}-{L // 1024}K-{q.task}-{len(episodes)}", window, q,
+                        "model-written", None, 0.0, seed, kind))
+            continue
+        if cfg.tasks == "pairs":
+            episodes += _pairs_episodes(cfg, window, pairs, seed, rng)
             continue
         labelled = [q for q in window.questions if q.needs_labels]
         # label-free questions rarely survive OOLONG's 25-question cut: draw from all
@@ -144,7 +185,25 @@ def make_workload(cfg: BenchConfig, seed: int) -> list[EpisodeSpec]:
             eid = f"s{seed}-{L // 1024}K-{shape}"
             episodes.append(EpisodeSpec(eid, window, q, shape, program,
                                         rng.uniform(50.0, 150.0), seed))
+        if cfg.tasks == "both":
+            episodes += _pairs_episodes(cfg, window, pairs, seed, rng)
     return episodes
+
+
+def _pairs_episodes(cfg: BenchConfig, window: Window, pairs: list[Question], seed: int,
+                    rng: random.Random) -> list[EpisodeSpec]:
+    """One OOLONG-Pairs task per label shape (``pure_python`` has none: every Pairs task
+    needs labels), rotating over the 20 tasks in a seeded order."""
+    L = window.context_tokens
+    order = list(range(len(pairs)))
+    random.Random(f"pairs:{cfg.dataset}:{L}:{seed}").shuffle(order)
+    out = []
+    for k, shape in enumerate(sh for sh in cfg.shapes if sh != "pure_python"):
+        q = pairs[order[k % len(order)]]
+        out.append(EpisodeSpec(f"s{seed}-{L // 1024}K-pairs-{shape}", window, q, shape,
+                               build_program(window, q, shape, seed), rng.uniform(50.0, 150.0),
+                               seed, "pairs"))
+    return out
 
 
 def _rotated(items: tuple, k: int) -> tuple:
@@ -209,7 +268,7 @@ async def _run_episode(cfg: BenchConfig, ep: EpisodeSpec, mode: str, decoding: s
     totals = {key: (_sim(v, cfg) if key.startswith("t_") or key == "saved_s" else v)
               for key, v in result.stats.items()}
     return {
-        "episode": ep.eid, "shape": ep.shape, "task": q.task, "group": q.group,
+        "episode": ep.eid, "shape": ep.label, "kind": ep.kind, "task": q.task, "group": q.group,
         "context_tokens": ep.window.context_tokens, "seed": ep.seed, "mode": mode,
         "decoding": decoding, "tokens_per_s": round(ep.tokens_per_s, 1),
         "answer": answer, "gold": q.answer, "answer_type": q.answer_type,

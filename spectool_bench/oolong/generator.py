@@ -19,7 +19,9 @@ repository does not include):
   ``describe(intro=False)`` ("Recall: the preceding lines …").
 
 Questions: see ``questions.py`` (every family, official tie rules, official 25-question
-subsample). Everything is a pure function of ``(dataset, context_tokens, seed)``.
+subsample; a window with fewer than 25 questions is dropped, ``Window.dropped``, and
+``kept_window`` walks seeds in order to the windows the release would keep). Everything
+is a pure function of ``(dataset, context_tokens, seed)``.
 """
 
 from __future__ import annotations
@@ -91,9 +93,15 @@ class Window:
     labels: tuple[str, ...]  # in the window's (shuffled) header order
     instances: list[Instance]
     context: str
-    questions: list[Question]  # the official 25-question subsample
+    questions: list[Question]  # the official 25-question subsample ([] = dropped)
     label_of: dict[str, str]  # side table: instance text -> hidden label
     all_questions: list[Question] = field(default_factory=list)  # before subsampling
+
+    @property
+    def dropped(self) -> bool:
+        """True when the official subsample skips this window (fewer than 25 questions;
+        ``questions`` is then empty and ``all_questions`` still holds every question)."""
+        return not self.questions
 
     @property
     def estimated_tokens(self) -> int:
@@ -176,8 +184,26 @@ def generate_window(dataset: str = "trec_coarse", context_tokens: int = 4096,
     window = Window(dataset, context_tokens, seed, temperature, tuple(labels), instances,
                     context, [], label_of)
     window.all_questions = make_questions(window, random.Random(f"q:{dataset}:{context_tokens}:{seed}"))
-    window.questions = official_subsample(window.all_questions)
+    window.questions = official_subsample(window.all_questions, dataset, context_tokens)
     return window
+
+
+def kept_window(dataset: str = "trec_coarse", context_tokens: int = 4096, index: int = 0,
+                max_seeds: int = 10_000) -> Window:
+    """The ``index``-th window (generator seeds 0, 1, ... in order) that the official
+    subsample keeps: ``subsample.py`` walks a length's windows in order and skips those
+    with fewer than 25 questions, so a dropped window never appears in the release."""
+    if index < 0:
+        raise ValueError(f"index must be >= 0, got {index}")
+    kept = -1
+    for seed in range(max_seeds):
+        window = generate_window(dataset, context_tokens, seed)
+        kept += not window.dropped
+        if kept == index:
+            return window
+    raise ValueError(f"{dataset} at {context_tokens} tokens: fewer than {index + 1} of the "
+                     f"first {max_seeds} windows have the 25 questions the official subsample "
+                     f"needs")
 
 
 def parse_line(line: str) -> tuple[datetime.date, int, str] | None:

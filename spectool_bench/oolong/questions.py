@@ -5,7 +5,7 @@ Source: the official ``task_constructors.py`` (``CountingTasks``, ``UserTasks``,
 ``src/data_gen/oolong-synth/``, whose stored snapshot here lacks the file), its
 ``constants.py`` (six ``TASK_TYPE`` values, six ``ANSWER_TYPE`` values),
 ``generate_dataset.py`` (order: counting, user, timeline) and ``subsample.py`` (the
-first 25 questions of each window). Question wording is the official text, carried
+first 25 questions of each window; windows with fewer are dropped: ``official_subsample``). Question wording is the official text, carried
 over as data; the code is this project's own.
 
 * **Counting block** over an ordered ``{label: count}`` (``counting_block``): most
@@ -16,7 +16,10 @@ over as data; the code is this project's own.
   subset clause and use the labels present in the subset.
 * **User**: most / second-most represented user (dropped on ties); one user drawn from
   the 50 most frequent (the official ``min(1, …)`` makes the "subset" one user) and a
-  counting block over that user's lines; per label (first-seen order): the user with
+  counting block over that user's lines (the official subset questions "among these
+  users, which user is represented most often" and "… has the most instances with the
+  label X" need two or more subset users, so with one user they never exist and are not
+  generated here); per label (first-seen order): the user with
   the most instances of it (dropped on ties) and "User A or User B?" between ranks
   drawn from the label's top 10 (asked only when A leads by more than one).
 * **Timeline**: most / second-most frequent date (dropped on ties); "how many dates are
@@ -325,6 +328,29 @@ def make_questions(window: Window, rng: random.Random) -> list[Question]:
     return out
 
 
-def official_subsample(questions: list[Question]) -> list[Question]:
-    """``subsample.py``: the first 25 questions of the window, in generation order."""
+BINARY_DATASETS = frozenset({"metaphors", "negation", "formality", "spam", "imdb", "app_reviews"})
+SHORT_POOL = 50  # subsample.py: questions kept per (dataset, length)
+
+
+def official_subsample(questions: list[Question], dataset: str = "trec_coarse",
+                       context_tokens: int = 8192) -> list[Question]:
+    """``subsample.py``'s rule for one window, in generation order.
+
+    * Multi-label datasets (yahoo, multinli, agnews, trec_coarse): a window with fewer
+      than 25 questions is skipped (``if len(this_window) < 25: continue``), else its
+      first 25 are kept. A skipped window returns ``[]`` (``Window.dropped``).
+    * Two-label datasets: at 1K (and imdb below 5,000 tokens) short windows are taken
+      whole until the length holds 50 questions (``remaining_to_add``), so a window keeps
+      its first 50; at every other length the script asserts ``>= 25`` (a shorter window
+      never reached the release), so a short window is dropped here as well.
+
+    The type filters the script computes (``cut_to_ten``, ``filter_type``) feed a list
+    that is never used for the release, so they are not applied.
+    ``Window.all_questions`` keeps every question regardless of this rule.
+    """
+    if dataset in BINARY_DATASETS and (context_tokens <= 1024
+                                       or (dataset == "imdb" and context_tokens < 5000)):
+        return list(questions[:SHORT_POOL])
+    if len(questions) < SUBSAMPLE:
+        return []
     return list(questions[:SUBSAMPLE])

@@ -1,18 +1,24 @@
 """Window statistics of the generator next to the official construction's.
 
-``python -m spectool_bench.oolong.stats [--windows N]`` prints the README table.
+``python -m spectool_bench.oolong.stats [--windows N]`` prints the two README tables.
 
-Generator side: ``generate_window`` over seeds ``0..N-1``. Official side: a separate,
-direct simulation of the official formulas (``datasets_loader.get_examples_in_context``
-for N; FACTS.md §4 for labels ``softmax(randint(1, 30) ** (1/T))``, ``T ~ randint(2, 6)``,
-and users: 10% of N common ids taken with probability 0.8, else fresh ids), written
-here without the generator's helpers. Questions per window: the official subsample
-keeps the first 25 (``subsample.py``). Family (task-type) mix: no official generator
-run is available offline, so the official side is the pooled public per-type counts of
-released trec_coarse questions (300 questions: 50 of the 131K split — MOST_FREQ 5,
-LEAST_FREQ 4, RELATIVE_FREQ 29, NUMERIC_ONE_CLASS 12 — and 250 of a published GPT-5
-run — 25, 16, 140, 65, SECOND_MOST_FREQ 4); their own sampling error is about
-±1.5-3 points per type (binomial, n = 300).
+**Windows** (8K / 32K / 128K). Generator side: ``generate_window`` over seeds
+``0..N-1`` (N/4 at 128K). Official side: a separate, direct simulation of the official
+formulas (``datasets_loader.get_examples_in_context`` for N; FACTS.md §4 for labels
+``softmax(randint(1, 30) ** (1/T))``, ``T ~ randint(2, 6)``, and users: 10% of N common
+ids taken with probability 0.8, else fresh ids), written here without the generator's
+helpers. "kept" is the share of windows the official subsample keeps (``subsample.py``
+skips a window with fewer than 25 questions); questions per window count kept windows.
+
+**Task-type mix** (share of the kept questions). No official generator run is available
+offline; the public figures are per-type counts of released trec_coarse questions, and
+they pool context lengths: the validation split holds 50 trec_coarse questions per
+length (two windows x 25, ``subsample.py``; 1,300 rows = trec_coarse and spam x 13
+lengths 1K..4M x 50), so the 300 public questions (50 of the 131K split, 250 of a
+published GPT-5 run whose lengths are not stated) span at least six lengths. Like is
+compared with like: the 131K public counts with the generator at 128K, and the pooled
+public counts with the generator pooled over the release's 13 lengths 1K..4M, each
+length weighted equally as the release weights them (and, for reference, over 1K..128K).
 """
 
 from __future__ import annotations
@@ -25,10 +31,14 @@ from collections import Counter
 from .generator import generate_window
 from .specs import SPECS
 
-
 MIX_TYPES = {"relative": "TASK_TYPE.RELATIVE_FREQ", "numeric": "TASK_TYPE.NUMERIC_ONE_CLASS",
              "most": "TASK_TYPE.MOST_FREQ", "least": "TASK_TYPE.LEAST_FREQ"}
-PUBLIC_MIX = {"relative": 169 / 300, "numeric": 77 / 300, "most": 30 / 300, "least": 20 / 300}
+# public per-type counts (the rest of the 300 are 4 SECOND_MOST_FREQ)
+PUBLIC_131K = {"relative": 29, "numeric": 12, "most": 5, "least": 4}  # of 50 (2 windows)
+PUBLIC_POOLED = {"relative": 169, "numeric": 77, "most": 30, "least": 20}  # of 300
+PUBLIC_250 = {k: PUBLIC_POOLED[k] - PUBLIC_131K[k] for k in PUBLIC_POOLED}  # the GPT-5 run
+WINDOW_SIZES = (8192, 32768, 131072)
+MIX_SIZES = tuple(1024 * 2**k for k in range(13))  # 1K .. 4M, the release's lengths
 
 
 def _official_window(dataset: str, L: int, rng: random.Random) -> dict:
@@ -44,50 +54,124 @@ def _official_window(dataset: str, L: int, rng: random.Random) -> dict:
     users = Counter(rng.choice(commons) if rng.random() < 0.8 else -1 - i for i in range(n))
     top = users.most_common(2)
     return {"lines": n, "top_user": top[0][1] / n, "tie": float(len(top) > 1 and top[0][1] == top[1][1]),
-            "label_skew": max(counts) / n, "questions": 25.0, **PUBLIC_MIX}
+            "label_skew": max(counts) / n}
 
 
-def _generated_window(dataset: str, L: int, seed: int) -> dict:
-    w = generate_window(dataset, L, seed)
-    n = len(w.instances)
-    top = Counter(i.user for i in w.instances).most_common(2)
-    labels = Counter(i.label for i in w.instances)
-    return {"lines": n, "top_user": top[0][1] / n,
-            "tie": float(len(top) > 1 and top[0][1] == top[1][1]),
-            "label_skew": max(labels.values()) / n, "questions": float(len(w.questions)),
-            **{k: sum(q.task_type == t for q in w.questions) / len(w.questions)
-               for k, t in MIX_TYPES.items()}}
+def _generated(dataset: str, L: int, windows: int) -> tuple[dict, Counter, int]:
+    """Mean window statistics, task-type counts over kept questions, kept question total."""
+    rows, types, total = [], Counter(), 0
+    for seed in range(windows):
+        w = generate_window(dataset, L, seed)
+        n = len(w.instances)
+        top = Counter(i.user for i in w.instances).most_common(2)
+        labels = Counter(i.label for i in w.instances)
+        rows.append({"lines": n, "top_user": top[0][1] / n,
+                     "tie": float(len(top) > 1 and top[0][1] == top[1][1]),
+                     "label_skew": max(labels.values()) / n, "kept": float(not w.dropped)})
+        types.update(q.task_type for q in w.questions)
+        total += len(w.questions)
+    mean = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
+    kept = sum(r["kept"] for r in rows)
+    mean["questions"] = total / kept if kept else 0.0
+    return mean, types, total
 
 
-def compare(dataset: str, L: int, windows: int) -> tuple[dict, dict]:
-    """Mean statistics ``(generator, official)`` over ``windows`` windows each."""
-    rng = random.Random(f"official:{dataset}:{L}")
-    gen = [_generated_window(dataset, L, s) for s in range(windows)]
-    off = [_official_window(dataset, L, rng) for _ in range(windows)]
+def _windows_for(L: int, windows: int) -> int:
+    """Fewer windows at the long lengths (generation time grows with N: a 4M window
+    holds about 102,000 lines and takes about 1.6 s)."""
+    div = (40 if L >= 1 << 20 else 20 if L >= 1 << 18 else 4 if L >= 1 << 17
+           else 2 if L >= 1 << 16 else 1)
+    return max(8, windows // div)
 
-    def mean(rows):
-        return {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
-    return mean(gen), mean(off)
+
+def _share(types: Counter, total: int) -> dict:
+    return {k: types[t] / total if total else 0.0 for k, t in MIX_TYPES.items()}
+
+
+def _size(L: int) -> str:
+    return f"{L >> 20}M" if L >= 1 << 20 else f"{L >> 10}K"
+
+
+def _gap(a: float, b: float) -> str:
+    return f"{abs(a - b) / b:.1%}" if b else "-"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--windows", type=int, default=400)
+    ap.add_argument("--windows", type=int, default=400,
+                    help="windows per length up to 32K (half at 64K, a quarter at 128K)")
     ap.add_argument("--dataset", default="trec_coarse", choices=sorted(SPECS))
+    ap.add_argument("--max-length", type=int, default=MIX_SIZES[-1],
+                    help="longest context length of the task-type mix (default 4M)")
     args = ap.parse_args(argv)
-    keys = ("lines", "top_user", "tie", "label_skew", "questions", "relative", "numeric", "most",
-            "least")
+    if args.windows < 1:
+        ap.error("--windows must be >= 1")
+    if args.max_length < WINDOW_SIZES[-1]:
+        ap.error(f"--max-length must be >= {WINDOW_SIZES[-1]}")
+    gen: dict[int, tuple[dict, Counter, int]] = {}
+    mix_sizes = [L for L in MIX_SIZES if L <= args.max_length]
+    for L in sorted(set(mix_sizes) | set(WINDOW_SIZES)):
+        try:
+            gen[L] = _generated(args.dataset, L, _windows_for(L, args.windows))
+        except ValueError:  # a length too short for this dataset
+            continue
+    keys = ("lines", "top_user", "tie", "label_skew", "kept", "questions")
     print("| size | side | lines | top-user share | top-2 tie rate | top-label share | "
-          "questions/window | RELATIVE_FREQ | NUMERIC_ONE_CLASS | MOST_FREQ | LEAST_FREQ |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for L in (8192, 32768, 131072):
-        gen, off = compare(args.dataset, L, args.windows if L < 131072 else args.windows // 4)
-        for side, row in (("generator", gen), ("official", off)):
-            cells = [f"{row[k]:.1f}" if k in ("lines", "questions") else f"{row[k]:.3f}"
-                     for k in keys]
+          "windows kept | questions/kept window |")
+    print("|---|---|---|---|---|---|---|---|")
+    for L in WINDOW_SIZES:
+        g = gen[L][0]
+        rng = random.Random(f"official:{args.dataset}:{L}")
+        sim = [_official_window(args.dataset, L, rng) for _ in range(_windows_for(L, args.windows))]
+        off = {k: sum(r[k] for r in sim) / len(sim) for k in sim[0]}
+        off.update(kept=None, questions=25.0)
+        for side, row in (("generator", g), ("official", off)):
+            cells = ["-" if row[k] is None else f"{row[k]:.1f}" if k in ("lines", "questions")
+                     else f"{row[k]:.3f}" for k in keys]
             print(f"| {L // 1024}K | {side} | " + " | ".join(cells) + " |")
-        gaps = " | ".join(f"{abs(gen[k] - off[k]) / off[k]:.0%}" for k in keys)
-        print(f"| {L // 1024}K | relative gap | {gaps} |")
+        print(f"| {L // 1024}K | relative gap | "
+              + " | ".join("-" if off[k] is None else _gap(g[k], off[k]) for k in keys) + " |")
+    print()
+    print("| task-type mix | questions | RELATIVE_FREQ | NUMERIC_ONE_CLASS | MOST_FREQ | "
+          "LEAST_FREQ |")
+    print("|---|---|---|---|---|---|")
+    shares = {}
+    for L in mix_sizes:
+        if L in gen:
+            _, types, total = gen[L]
+            shares[L] = _share(types, total)
+            print(f"| generator {_size(L)} | {total} | "
+                  + " | ".join(f"{shares[L][k]:.3f}" for k in MIX_TYPES) + " |")
+
+    def pooled_over(sizes) -> dict:
+        """Equal weight per length, as the release holds 50 questions per length."""
+        return {k: sum(shares[L][k] for L in sizes) / len(sizes) for k in MIX_TYPES}
+
+    sizes = sorted(shares)
+    short = [L for L in sizes if L <= 131072]
+    p131 = {k: v / 50 for k, v in PUBLIC_131K.items()}
+    p300 = {k: v / 300 for k, v in PUBLIC_POOLED.items()}
+    pools = [short, sizes] if len(short) < len(sizes) else [sizes]
+    rows = [
+        *((f"generator pooled {_size(pool[0])}..{_size(pool[-1])} (equal weight)", "-",
+           pooled_over(pool)) for pool in pools),
+        ("public 131K (2 windows)", "50", p131),
+        ("public GPT-5 run (lengths not stated)", "250",
+         {k: v / 250 for k, v in PUBLIC_250.items()}),
+        ("public pooled (>= 6 lengths)", "300", p300),
+    ]
+    for name, n, share in rows:
+        print(f"| {name} | {n} | " + " | ".join(f"{share[k]:.3f}" for k in MIX_TYPES) + " |")
+    se = {k: math.sqrt(p300[k] * (1 - p300[k]) / 300) for k in MIX_TYPES}
+    print("| public pooled, 1 standard error | | "
+          + " | ".join(f"±{se[k]:.3f}" for k in MIX_TYPES) + " |")
+    if 131072 in shares:
+        print("| gap: generator 128K vs public 131K | | "
+              + " | ".join(_gap(shares[131072][k], p131[k]) for k in MIX_TYPES) + " |")
+    for pool in pools:
+        share = pooled_over(pool)
+        print(f"| gap: generator pooled {_size(pool[0])}..{_size(pool[-1])} vs public "
+              "pooled | | " + " | ".join(_gap(share[k], p300[k]) for k in MIX_TYPES) + " |")
     return 0
 
 

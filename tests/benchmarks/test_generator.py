@@ -229,3 +229,42 @@ def test_bad_args():
         generate_window("trec_coarse", 100, 0)
     with pytest.raises(ValueError, match="instance"):
         generate_window("imdb", 1024, 0)
+
+
+def test_window_with_fewer_than_25_questions_is_dropped_as_the_official_subsample_does():
+    """subsample.py skips a window with < 25 questions; ``all_questions`` still has them,
+    and ``kept_window`` walks seeds in order past the dropped ones."""
+    from spectool_bench.oolong.generator import kept_window
+
+    dropped = generate_window("imdb", 8192, 14)
+    assert dropped.dropped and dropped.questions == []
+    assert 0 < len(dropped.all_questions) < 25
+    kept = [kept_window("imdb", 8192, i).seed for i in range(16)]
+    assert 14 not in kept and kept[:14] == list(range(14)) and kept[14] == 15
+    assert not generate_window("imdb", 8192, 13).dropped  # negative control: a kept one
+
+
+def test_official_subsample_rules():
+    from spectool_bench.oolong.questions import official_subsample
+
+    qs = generate_window("trec_coarse", 8192, 0).all_questions
+    assert official_subsample(qs[:24], "trec_coarse", 8192) == []
+    assert official_subsample(qs[:25], "trec_coarse", 8192) == qs[:25]
+    assert official_subsample(qs, "trec_coarse", 8192) == qs[:25]
+    # two-label datasets at 1K: short windows are pooled whole, up to 50 questions
+    assert official_subsample(qs[:12], "spam", 1024) == qs[:12]
+    assert official_subsample(qs, "spam", 1024) == qs[:50]
+    assert official_subsample(qs[:12], "spam", 2048) == []
+
+
+@pytest.mark.parametrize("name", sorted(DATASETS))
+def test_at_least_90_percent_distinct_lines_and_no_label_word_at_128k(name):
+    for seed in (0, 1):
+        w = generate_window(name, 131072, seed)
+        texts = [i.text for i in w.instances]
+        assert len(set(texts)) >= 0.90 * len(texts), (name, seed, len(set(texts)) / len(texts))
+        words = {x.lower() for lab in w.labels for x in lab.split() if len(x) > 3}
+        for text in set(texts):
+            low = text.lower()
+            assert not any(lab.lower() in low for lab in w.labels), text
+            assert not words & set(re.findall(r"[a-z]+", low)), text

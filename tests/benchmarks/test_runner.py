@@ -200,3 +200,13 @@ def test_loaded_server_scenario_and_mix_table(report):
     assert mixes["batched"]["shapes"] == ["batched", "pure_python"]
     shape_b = {r["shape"]: r["baseline_s"] for r in rep["summary"]["shapes"]}
     assert mixes["batched"]["baseline_s"] == pytest.approx(shape_b["batched"] + shape_b["pure_python"])
+
+
+def test_main_job_skips_windows_the_official_subsample_drops_unless_all_windows():
+    from spectool_bench.runner import window_for
+
+    cfg = BenchConfig(dataset="imdb", context_tokens=(8192,))
+    assert window_for(cfg, 8192, 14).seed == 15  # generator seed 14 has < 25 questions
+    every = window_for(BenchConfig(dataset="imdb", all_windows=True), 8192, 14)
+    assert every.seed == 14 and every.questions == every.all_questions
+    assert 0 < len(every.questions) < 25
