@@ -84,12 +84,16 @@ class FastLlama:
     pad_mode: "probe" (pad to the smallest width the CPU's GEMM kernels are measured
     row-invariant from) or "full" (always PAD_WIDTH rows).
     pad_attention: also pad the attention's query rows to PAD_WIDTH.
+    linears: per layer (qkv, o, gate_up, down) callables replacing the dense GEMMs (e.g.
+    Q4_1 or int8 weights); head: a callable replacing the dense LM head GEMM.
     """
 
     def __init__(self, hf_model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16, *,
                  exact: bool = True, pad_mode: str = "probe", pad_attention: bool = True,
-                 attention: str = "eager", key_block: int = KEY_BLOCK, linears: list | None = None) -> None:
+                 attention: str = "eager", key_block: int = KEY_BLOCK, linears: list | None = None,
+                 head=None) -> None:
         cfg = hf_model.config
+        custom_head = head
         if getattr(cfg, "model_type", "llama") != "llama":
             raise ValueError(f"FastLlama runs Llama-architecture models, got model_type={cfg.model_type!r}")
         if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
@@ -113,8 +117,8 @@ class FastLlama:
         self.head_dim = int(getattr(cfg, "head_dim", None) or self.hidden // self.n_heads)
         self.group = self.n_heads // self.n_kv
         self.eps = float(cfg.rms_norm_eps)
-        if linears is not None and dtype != torch.bfloat16:
-            raise ValueError("custom (e.g. Q4_1) linears run with bf16 activations: pass dtype=torch.bfloat16")
+        if (linears is not None or custom_head is not None) and dtype != torch.bfloat16:
+            raise ValueError("custom (e.g. Q4_1, int8) linears run with bf16 activations: pass dtype=torch.bfloat16")
         self.weights = "float" if linears is None else "custom"
         self._probed: dict[int, int] = {}
         self.vocab_size = int(cfg.vocab_size)
@@ -154,7 +158,7 @@ class FastLlama:
                     layer.post_attention_layernorm.weight.detach().float().contiguous(), gu, down,
                 ))
             self.norm = m.norm.weight.detach().float().contiguous()  # norms scale in fp32
-            self._head = Dense(self.lm_head, dtype)
+            self._head = Dense(self.lm_head, dtype) if custom_head is None else custom_head
         # RoPE tables as HF Llama builds them: angles in fp32, cos/sin cast to the dtype.
         inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
         self._inv_freq = inv_freq
@@ -286,9 +290,9 @@ class FastLlama:
         cache.length = end
         keep = n if logits_rows is None else max(1, min(int(logits_rows), n))
         if gw == n:  # unpadded (e.g. a prefill): the head runs on the kept rows only
-            logits = F.linear(self._rms(x[n - keep : n], self.norm), self.lm_head)
+            logits = self._head(self._rms(x[n - keep : n], self.norm))
         else:  # padded: the head (a GEMM) runs on all gw rows, so row i never depends on `keep`
-            logits = F.linear(self._rms(x, self.norm), self.lm_head)[n - keep : n]
+            logits = self._head(self._rms(x, self.norm))[n - keep : n]
         if self.head_ids is not None:  # subset head: full-width rows, -inf outside the subset
             full = logits.new_full((keep, self.vocab_size), float("-inf"), dtype=torch.float32)
             full[:, self.head_ids] = logits.float()
