@@ -10,6 +10,11 @@ machine hit both alike:
   head's own share of it (the head call timed inside those same steps);
 * the time of one pass over w tokens (after a rollback, at the same KV length);
 * greedy output (64 tokens by default) on the code prompts, bf16-head vs q8-head;
+* optionally (``--kernels``) the head's candidate kernels alone, with a 96 MB buffer
+  touched before each call so the weights come from memory, not cache: the bf16 GEMM,
+  ``Q8Head``, ``_weight_int8pack_mm`` with one scale per row (the head re-quantised:
+  lossy, timed for comparison only) and 18 per-block ``_weight_int8pack_mm`` calls summed
+  (the exact Q8_0 weights, but one bf16 rounding per block);
 * optionally (``--spec``) n-gram speculative decoding with cost-aware gamma, each
   configuration with its own measured pass costs: decode tok/s.
 
@@ -97,6 +102,51 @@ def _greedy(target, prompt_ids, n):
     return out
 
 
+def _kernels(target, widths, repeats) -> None:
+    from gguf import GGUFReader
+
+    from token_spec.q4_weights import GROUP, read_q8_0
+    from token_spec.target import find_gguf
+
+    tensor = next(t for t in GGUFReader(str(find_gguf())).tensors if t.name == "token_embd.weight")
+    q, d = read_q8_0(tensor)
+    rows, nb = d.shape
+    w = (q.float().view(rows, nb, GROUP) * d[..., None]).reshape(q.shape)
+    dense = w.to(torch.bfloat16)
+    row_scale = w.abs().amax(1) / 127  # per-row int8: NOT the GGUF's blocks
+    q_row = torch.round(w / row_scale[:, None]).to(torch.int8)
+    q_blk = q.to(torch.int8).view(rows, nb, GROUP).transpose(0, 1).contiguous()  # [nb, V, 32]
+    d_blk = d.t().to(torch.bfloat16).contiguous()
+    mm8 = torch.ops.aten._weight_int8pack_mm
+    head = target.fast._head
+
+    def per_block(x):
+        out = mm8(x[:, :GROUP].contiguous(), q_blk[0], d_blk[0]).float()
+        for g in range(1, nb):
+            out += mm8(x[:, g * GROUP : (g + 1) * GROUP].contiguous(), q_blk[g], d_blk[g])
+        return out
+
+    kernels = {"bf16 GEMM": lambda x: torch.nn.functional.linear(x, dense), "Q8Head": head,
+               "int8 per-row (lossy)": lambda x: mm8(x, q_row, row_scale.to(torch.bfloat16)),
+               "int8 x18 blocks": per_block}
+    flush = torch.zeros(96 << 20, dtype=torch.uint8)
+    best = {}
+    with torch.inference_mode():
+        for _ in range(repeats):
+            for m in widths:
+                x = torch.randn(m, head.in_features).to(torch.bfloat16)
+                for name, fn in kernels.items():
+                    flush.add_(1)
+                    t0 = time.perf_counter()
+                    fn(x)
+                    t = time.perf_counter() - t0
+                    best[(name, m)] = min(best.get((name, m), t), t)
+    print("head kernels alone, cold weights, ms (best of repeats)")
+    print(f"{'kernel':<22} " + " ".join(f"{'M=' + str(m):>7}" for m in widths))
+    for name in kernels:
+        print(f"{name:<22} " + " ".join(f"{1e3 * best[(name, m)]:7.2f}" for m in widths))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
@@ -104,6 +154,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--widths", default="1,2,3,4,5,8,16")
+    ap.add_argument("--kernels", action="store_true", help="also time the head kernels alone (cold weights)")
     ap.add_argument("--spec", action="store_true", help="also n-gram speculative decoding, cost-aware gamma")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -137,6 +188,8 @@ def main() -> None:
             first_diff.append((i, j))
     print(f"greedy {args.max_tokens} tokens, code prompts: identical {same}/{len(prompts)}; "
           f"first differing token (prompt, index): {first_diff}")
+    if args.kernels:
+        _kernels(configs["q8-head"], widths, args.repeats)
     if args.spec:
         from token_spec.drafters import NgramDrafter
         from token_spec.engine import SpeculativeDecoder

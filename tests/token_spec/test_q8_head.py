@@ -58,12 +58,19 @@ def _blockwise(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     return (q.float().view(q.shape[0], -1, GROUP) * d[..., None]).reshape(q.shape)
 
 
-def _weight_mismatches(head: Q8Head, q: torch.Tensor, d: torch.Tensor) -> int:
+@pytest.fixture(scope="module")
+def head_columns(q4_target):
+    """The q4 target head's exact weight on ``_COLUMNS`` (a few seconds: computed once)."""
+    return q4_target.fast._head.dequantized(_COLUMNS)
+
+
+def _weight_mismatches(head: Q8Head, q: torch.Tensor, d: torch.Tensor, exact: torch.Tensor | None = None) -> int:
     """Entries where ``head``'s weight differs from ``bf16(d) * q``: exactly on the
     ``_COLUMNS`` (fp32 read-back), and on every entry through the bf16 head on unit
-    vectors, whose output is the exact weight rounded once to bf16."""
+    vectors, whose output is the exact weight rounded once to bf16. ``exact``: the
+    head's ``dequantized(_COLUMNS)`` if already computed."""
     want = _blockwise(q, d.to(torch.bfloat16).float())
-    exact = head.dequantized(_COLUMNS)
+    exact = head.dequantized(_COLUMNS) if exact is None else exact
     bad = int((exact != want[:, _COLUMNS]).sum())
     eye = torch.eye(head.in_features, dtype=torch.bfloat16)
     rounded = head(eye).t()  # [V, H]: row k of the output is the weight's column k
@@ -85,16 +92,17 @@ def test_q4_target_runs_the_q8_head_inside_the_probe(q4_target):
     assert (head.out_features, head.in_features) == (q4_target.vocab_size, q4_target.fast.hidden)
 
 
-def test_head_computes_with_the_ggufs_q8_0_weights_exactly(q4_target, q8_blocks):
+def test_head_computes_with_the_ggufs_q8_0_weights_exactly(q4_target, q8_blocks, head_columns):
     q, d = q8_blocks
-    assert _weight_mismatches(q4_target.fast._head, q, d) == 0
+    assert _weight_mismatches(q4_target.fast._head, q, d, head_columns) == 0
 
 
-def test_hf_embedding_is_the_q8_0_blocks_and_the_head_differs_only_by_bf16_scales(q4_target, q8_blocks, target):
+def test_hf_embedding_is_the_q8_0_blocks_and_the_head_differs_only_by_bf16_scales(q8_blocks, target,
+                                                                                  head_columns):
     q, d = q8_blocks
     emb = target.model.get_input_embeddings().weight.detach().float()
     assert torch.equal(emb, _blockwise(q, d))  # the fp32 weights everyone else uses
-    got = q4_target.fast._head.dequantized(_COLUMNS)
+    got = head_columns
     ref = emb[:, _COLUMNS]
     # bf16 keeps 8 significant bits: |d - bf16(d)| <= 2^-8 |d|, so |w - w_hf| <= 2^-8 |d q|
     bound = _blockwise(q.abs(), d.abs() * 2.0**-8)[:, _COLUMNS]
@@ -194,6 +202,7 @@ def test_a_head_that_switches_kernels_by_row_count_is_caught_by_the_probe(q8_blo
     assert row_invariant_width(hybrid, PAD_WIDTH, rows=32) == 5
 
 
+@pytest.mark.slow  # 2 threads on a shared 2-core machine: tens of seconds
 def test_q4_forward_with_the_q8_head_is_batch_invariant_at_two_threads(q4_target):
     """Every width 1..16 gives the one-token logits bit for bit at 2 threads (the
     1-thread case is ``test_batch_invariance.test_q4_path_is_batch_invariant``)."""
