@@ -32,9 +32,13 @@ matching each dequantised row with the Hugging Face weight, and must be exact.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
 
 __all__ = ["Q4Linear", "Q8Head", "read_q4_1", "read_q8_0", "split_int8", "load_q4_layers", "load_q8_head", "GROUP"]
 
@@ -156,12 +160,19 @@ def _match_rows(codes, d, m, weight: torch.Tensor, name: str):
     return codes[perm], d[perm], m[perm]
 
 
-def load_q4_layers(gguf_path: str | Path, hf_model: torch.nn.Module) -> list[tuple[Q4Linear, ...]]:
-    """Per decoder layer: (qkv, o, gate_up, down) as ``Q4Linear`` (q, k, v and gate, up fused)."""
+def _gguf_tensors(gguf: str | Path | GGUFReader) -> dict:
+    """name -> ReaderTensor of a GGUF path, or of an open ``gguf.GGUFReader`` (opening one
+    parses every tensor header: about 2 s here, so callers may share one)."""
     from gguf import GGUFReader
 
-    reader = GGUFReader(str(gguf_path))
-    tensors = {t.name: t for t in reader.tensors}
+    reader = gguf if isinstance(gguf, GGUFReader) else GGUFReader(str(gguf))
+    return {t.name: t for t in reader.tensors}
+
+
+def load_q4_layers(gguf_path: str | Path | GGUFReader, hf_model: torch.nn.Module) -> list[tuple[Q4Linear, ...]]:
+    """Per decoder layer: (qkv, o, gate_up, down) as ``Q4Linear`` (q, k, v and gate, up fused).
+    ``gguf_path``: the GGUF's path or an open ``gguf.GGUFReader``."""
+    tensors = _gguf_tensors(gguf_path)
     layers = []
     for i, layer in enumerate(hf_model.model.layers):
         a, mlp = layer.self_attn, layer.mlp
@@ -182,18 +193,16 @@ def load_q4_layers(gguf_path: str | Path, hf_model: torch.nn.Module) -> list[tup
     return layers
 
 
-def load_q8_head(gguf_path: str | Path, hf_model: torch.nn.Module) -> Q8Head:
-    """The LM head as a ``Q8Head`` over the GGUF's Q8_0 ``token_embd.weight``.
+def load_q8_head(gguf_path: str | Path | GGUFReader, hf_model: torch.nn.Module) -> Q8Head:
+    """The LM head as a ``Q8Head`` over the GGUF's Q8_0 ``token_embd.weight``
+    (``gguf_path``: the GGUF's path or an open ``gguf.GGUFReader``).
 
     The model's head must be its tied token embedding, and that embedding (fp32, before
     any cast) must be the GGUF's blocks dequantised (``d * q``) exactly; else ValueError."""
-    from gguf import GGUFReader
-
     emb = hf_model.get_input_embeddings().weight
     if hf_model.get_output_embeddings().weight.data_ptr() != emb.data_ptr():
         raise ValueError("the Q8_0 head needs the LM head tied to the token embedding")
-    tensors = {t.name: t for t in GGUFReader(str(gguf_path)).tensors}
-    t = tensors.get("token_embd.weight")
+    t = _gguf_tensors(gguf_path).get("token_embd.weight")
     if t is None:
         raise ValueError("GGUF has no tensor token_embd.weight")
     q, d = read_q8_0(t)

@@ -236,10 +236,13 @@ def load_target(*, dtype: torch.dtype | None = None, fast: bool | None = None, e
     if weights == "q4":
         if not fast or dtype != torch.bfloat16:
             raise ValueError("weights='q4' runs on the fast forward in bf16: pass dtype=torch.bfloat16")
+        from gguf import GGUFReader
+
         from .q4_weights import load_q4_layers, load_q8_head
 
-        linears = load_q4_layers(gguf, model)  # matched against the fp32 weights, before any cast
-        head = load_q8_head(gguf, model)  # the tied LM head from the GGUF's Q8_0 blocks, also checked
+        reader = GGUFReader(str(gguf))  # parsed once for both
+        linears = load_q4_layers(reader, model)  # matched against the fp32 weights, before any cast
+        head = load_q8_head(reader, model)  # the tied LM head from the GGUF's Q8_0 blocks, also checked
     if dtype != torch.float32:
         model = model.to(dtype)
     model.eval()
