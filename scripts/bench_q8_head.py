@@ -12,7 +12,8 @@ machine hit both alike:
 * greedy output (64 tokens by default) on the code prompts, bf16-head vs q8-head;
 * optionally (``--kernels``) the head's candidate kernels alone, with a 96 MB buffer
   touched before each call so the weights come from memory, not cache: the bf16 GEMM,
-  ``Q8Head``, ``_weight_int8pack_mm`` with one scale per row (the head re-quantised:
+  ``Q8Head`` (one int4 GEMM over ``[x | x]``), the same split as two int4 GEMMs (hi and
+  lo halves) plus a bf16 add, ``_weight_int8pack_mm`` with one scale per row (the head re-quantised:
   lossy, timed for comparison only) and 18 per-block ``_weight_int8pack_mm`` calls summed
   (the exact Q8_0 weights, but one bf16 rounding per block);
 * optionally (``--spec``) n-gram speculative decoding with cost-aware gamma, each
@@ -105,7 +106,7 @@ def _greedy(target, prompt_ids, n):
 def _kernels(target, widths, repeats) -> None:
     from gguf import GGUFReader
 
-    from token_spec.q4_weights import GROUP, read_q8_0
+    from token_spec.q4_weights import GROUP, read_q8_0, split_int8
     from token_spec.target import find_gguf
 
     tensor = next(t for t in GGUFReader(str(find_gguf())).tensors if t.name == "token_embd.weight")
@@ -118,7 +119,13 @@ def _kernels(target, widths, repeats) -> None:
     q_blk = q.to(torch.int8).view(rows, nb, GROUP).transpose(0, 1).contiguous()  # [nb, V, 32]
     d_blk = d.t().to(torch.bfloat16).contiguous()
     mm8 = torch.ops.aten._weight_int8pack_mm
+    mm4 = torch.ops.aten._weight_int4pack_mm_for_cpu
     head = target.fast._head
+    hi, lo = split_int8(q)
+    pack_hi = torch.ops.aten._convert_weight_to_int4pack_for_cpu((hi + 8).contiguous(), 1)
+    pack_lo = torch.ops.aten._convert_weight_to_int4pack_for_cpu(lo.contiguous(), 1)
+    sz_hi = torch.stack([16 * d.t(), torch.zeros_like(d.t())], -1).to(torch.bfloat16).contiguous()
+    sz_lo = torch.stack([d.t(), 8 * d.t()], -1).to(torch.bfloat16).contiguous()
 
     def per_block(x):
         out = mm8(x[:, :GROUP].contiguous(), q_blk[0], d_blk[0]).float()
@@ -127,6 +134,7 @@ def _kernels(target, widths, repeats) -> None:
         return out
 
     kernels = {"bf16 GEMM": lambda x: torch.nn.functional.linear(x, dense), "Q8Head": head,
+               "int4 x2 GEMMs + add": lambda x: mm4(x, pack_hi, GROUP, sz_hi) + mm4(x, pack_lo, GROUP, sz_lo),
                "int8 per-row (lossy)": lambda x: mm8(x, q_row, row_scale.to(torch.bfloat16)),
                "int8 x18 blocks": per_block}
     flush = torch.zeros(96 << 20, dtype=torch.uint8)
