@@ -11,7 +11,18 @@ of the bytes per decode step, and on CPU a decode step is bound by weight bytes.
 zeros in bf16. With ``scale = d`` and ``zero = m + 8 d`` that is ``d * q + m``; the
 only change is the rounding of ``d`` and ``m + 8 d`` to bf16 (fp16 has 3 more
 mantissa bits), so this is the GGUF model with bf16 block constants. Activations are
-bf16. The token embedding / LM head is Q8_0 in the GGUF and stays a bf16 GEMM.
+bf16.
+
+The LM head (the tied token embedding, 49152 x 576) is Q8_0 in the GGUF: blocks of 32
+inputs, ``w = d * q`` with an int8 code ``q`` and an fp16 scale ``d``. ``Q8Head`` runs it
+on the same int4 kernel at about half the bytes of a bf16 GEMM: each code splits as
+``q = 16 * hi + lo`` with ``lo = q & 15`` in [0, 15] and ``hi = q >> 4`` in [-8, 7], so
+``w = (16 d) * hi + d * lo``. Both halves go into ONE int4 GEMM over doubled inputs:
+codes ``[hi + 8 | lo]`` (576 + 576 inputs, 36 groups) with (scale, zero) = (16 d, 0) on
+the hi groups and (d, 8 d) on the lo groups, applied to ``[x | x]``. The kernel adds the
+two halves' products in its fp32 accumulator, so a logit is the fp32 dot product of x
+with ``bf16(d) * q`` rounded once to bf16 (16 d and 8 d are exact multiples of the bf16
+``d``, and ``bf16(d) * q`` is exact in fp32). The embedding lookup stays bf16.
 
 llama.cpp's converter permutes the rows of the q and k projections (its RoPE pairs
 adjacent dimensions, Hugging Face's pairs halves); the permutation is recovered by
@@ -21,14 +32,19 @@ matching each dequantised row with the Hugging Face weight, and must be exact.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-__all__ = ["Q4Linear", "read_q4_1", "load_q4_layers", "GROUP"]
+if TYPE_CHECKING:
+    from gguf import GGUFReader
+
+__all__ = ["Q4Linear", "Q8Head", "read_q4_1", "read_q8_0", "split_int8", "load_q4_layers", "load_q8_head", "GROUP"]
 
 GROUP = 32  # Q4_1 block size (inputs per scale/min pair)
 _BLOCK_BYTES = 20  # fp16 d, fp16 m, 16 bytes of nibbles
+_Q8_BLOCK_BYTES = 34  # Q8_0: fp16 d, 32 int8 codes
 
 
 class Q4Linear:
@@ -50,6 +66,67 @@ class Q4Linear:
         """The weight this GEMM computes with, as fp32 [out, in] (for tests)."""
         eye = torch.eye(self.in_features, dtype=torch.bfloat16)
         return self(eye).float().t().contiguous()
+
+
+class Q8Head:
+    """``logits = x @ W.T`` for a Q8_0 weight ``W = d * q`` [V, H] (blocks of 32 inputs) on
+    torch's int4 CPU GEMM: x bf16 [M, H] -> bf16 [M, V].
+
+    ``hi`` [V, H] in [-8, 7] and ``lo`` in [0, 15] are the two 4-bit halves of the int8
+    codes (``split_int8``), ``d`` [V, H/32] the fp32 block scales. One GEMM over
+    ``[x | x]`` with codes ``[hi + 8 | lo]``: the kernel computes ``(code - 8) * scale +
+    zero`` per group, so (scale, zero) = (16 d, 0) gives ``16 d hi`` and (d, 8 d) gives
+    ``d lo``; their sum is ``d q`` (with d rounded to bf16, exactly: 16 d and 8 d are
+    power-of-two multiples of it).
+    """
+
+    def __init__(self, hi: torch.Tensor, lo: torch.Tensor, d: torch.Tensor) -> None:
+        if hi.shape != lo.shape or hi.dim() != 2:
+            raise ValueError(f"hi and lo must be [V, H] of one shape, got {tuple(hi.shape)} and {tuple(lo.shape)}")
+        out_f, in_f = hi.shape
+        if in_f % GROUP or tuple(d.shape) != (out_f, in_f // GROUP):
+            raise ValueError(f"d must be [{out_f}, {in_f}/{GROUP}] for a [{out_f}, {in_f}] weight, got {tuple(d.shape)}")
+        if int(hi.min()) < -8 or int(hi.max()) > 7 or int(lo.min()) < 0 or int(lo.max()) > 15:
+            raise ValueError("hi must lie in [-8, 7] and lo in [0, 15] (see split_int8)")
+        self.in_features, self.out_features = int(in_f), int(out_f)
+        codes = torch.cat([hi + 8, lo], dim=1).to(torch.int32).contiguous()  # [V, 2H]
+        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
+        d = d.float().t()  # [H/32, V]
+        hi_sz = torch.stack([16 * d, torch.zeros_like(d)], dim=-1)  # (code - 8) * 16d = 16 d hi
+        lo_sz = torch.stack([d, 8 * d], dim=-1)  # (code - 8) * d + 8 d = d lo
+        self.sz = torch.cat([hi_sz, lo_sz]).to(torch.bfloat16).contiguous()  # [2H/32, V, 2]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(torch.cat([x, x], dim=-1), self.packed, GROUP, self.sz)
+
+    def dequantized(self, columns=None) -> torch.Tensor:
+        """The weight this GEMM computes with, exactly, as fp32 [V, len(columns)] (all H
+        columns when None): the kernel's fp32 variant (same codes, the bf16 scales as
+        fp32) on unit vectors. Slow (about 0.1 s per column): for tests."""
+        cols = torch.arange(self.in_features) if columns is None else torch.as_tensor(columns).long()
+        eye = torch.zeros(len(cols), self.in_features)
+        eye[torch.arange(len(cols)), cols] = 1.0
+        x = torch.cat([eye, eye], dim=-1)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, GROUP, self.sz.float()).t().contiguous()
+
+
+def split_int8(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """int8 codes -> (hi, lo) with q = 16 * hi + lo, lo = q mod 16 in [0, 15] and
+    hi = floor(q / 16) in [-8, 7] (two's complement: q & 15 and the arithmetic q >> 4)."""
+    q = q.to(torch.int32)
+    return q >> 4, q & 15
+
+
+def read_q8_0(tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A gguf ``ReaderTensor`` of type Q8_0 -> (codes [out, in] int32 in [-128, 127], d [out, in/32] fp32)."""
+    if tensor.tensor_type.name != "Q8_0":
+        raise ValueError(f"{tensor.name} is {tensor.tensor_type.name}, not Q8_0")
+    data = np.asarray(tensor.data)
+    rows, nb = data.shape[0], data.shape[1] // _Q8_BLOCK_BYTES
+    blocks = data.reshape(rows, nb, _Q8_BLOCK_BYTES)
+    d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16).reshape(rows, nb).astype(np.float32))
+    q = torch.from_numpy(blocks[..., 2:].copy().view(np.int8)).reshape(rows, nb * GROUP).to(torch.int32)
+    return q, d
 
 
 def read_q4_1(tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -83,12 +160,19 @@ def _match_rows(codes, d, m, weight: torch.Tensor, name: str):
     return codes[perm], d[perm], m[perm]
 
 
-def load_q4_layers(gguf_path: str | Path, hf_model: torch.nn.Module) -> list[tuple[Q4Linear, ...]]:
-    """Per decoder layer: (qkv, o, gate_up, down) as ``Q4Linear`` (q, k, v and gate, up fused)."""
+def _gguf_tensors(gguf: str | Path | GGUFReader) -> dict:
+    """name -> ReaderTensor of a GGUF path, or of an open ``gguf.GGUFReader`` (opening one
+    parses every tensor header: about 2 s here, so callers may share one)."""
     from gguf import GGUFReader
 
-    reader = GGUFReader(str(gguf_path))
-    tensors = {t.name: t for t in reader.tensors}
+    reader = gguf if isinstance(gguf, GGUFReader) else GGUFReader(str(gguf))
+    return {t.name: t for t in reader.tensors}
+
+
+def load_q4_layers(gguf_path: str | Path | GGUFReader, hf_model: torch.nn.Module) -> list[tuple[Q4Linear, ...]]:
+    """Per decoder layer: (qkv, o, gate_up, down) as ``Q4Linear`` (q, k, v and gate, up fused).
+    ``gguf_path``: the GGUF's path or an open ``gguf.GGUFReader``."""
+    tensors = _gguf_tensors(gguf_path)
     layers = []
     for i, layer in enumerate(hf_model.model.layers):
         a, mlp = layer.self_attn, layer.mlp
@@ -107,3 +191,22 @@ def load_q4_layers(gguf_path: str | Path, hf_model: torch.nn.Module) -> list[tup
         layers.append((fused(q, k, v), Q4Linear(*get("attn_output", a.o_proj.weight)), fused(gate, up),
                        Q4Linear(*get("ffn_down", mlp.down_proj.weight))))
     return layers
+
+
+def load_q8_head(gguf_path: str | Path | GGUFReader, hf_model: torch.nn.Module) -> Q8Head:
+    """The LM head as a ``Q8Head`` over the GGUF's Q8_0 ``token_embd.weight``
+    (``gguf_path``: the GGUF's path or an open ``gguf.GGUFReader``).
+
+    The model's head must be its tied token embedding, and that embedding (fp32, before
+    any cast) must be the GGUF's blocks dequantised (``d * q``) exactly; else ValueError."""
+    emb = hf_model.get_input_embeddings().weight
+    if hf_model.get_output_embeddings().weight.data_ptr() != emb.data_ptr():
+        raise ValueError("the Q8_0 head needs the LM head tied to the token embedding")
+    t = _gguf_tensors(gguf_path).get("token_embd.weight")
+    if t is None:
+        raise ValueError("GGUF has no tensor token_embd.weight")
+    q, d = read_q8_0(t)
+    deq = (q.float().view(q.shape[0], -1, GROUP) * d[..., None]).reshape(q.shape)
+    if deq.shape != emb.shape or not torch.equal(deq, emb.detach().float()):
+        raise ValueError("GGUF tensor token_embd.weight does not dequantise to the loaded embedding")
+    return Q8Head(*split_int8(q), d)

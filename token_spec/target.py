@@ -212,8 +212,9 @@ def load_target(*, dtype: torch.dtype | None = None, fast: bool | None = None, e
     exact: pad short passes so every verify width gives vanilla's logits bit for bit
     (``target.exact``); ``exact=False`` is faster per pass but not batch-invariant.
     weights: "float" (the GGUF dequantised, in ``dtype``) or "q4" (the fast forward runs
-    the GGUF's own Q4_1 4-bit codes with torch's int4 GEMM, block constants in bf16;
-    bf16 activations, see ``token_spec.q4_weights``).
+    the GGUF's own Q4_1 4-bit codes with torch's int4 GEMM, block constants in bf16, and
+    the LM head from the GGUF's Q8_0 codes on the same kernel; the embedding lookup stays
+    bf16; bf16 activations, see ``token_spec.q4_weights``).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -231,15 +232,19 @@ def load_target(*, dtype: torch.dtype | None = None, fast: bool | None = None, e
         raise ValueError(f"the fast forward runs in torch.bfloat16 or torch.float32, not {dtype}; pass fast=False")
     if weights not in ("float", "q4"):
         raise ValueError(f"weights must be 'float' or 'q4', got {weights!r}")
-    linears = None
+    linears = head = None
     if weights == "q4":
         if not fast or dtype != torch.bfloat16:
             raise ValueError("weights='q4' runs on the fast forward in bf16: pass dtype=torch.bfloat16")
-        from .q4_weights import load_q4_layers
+        from gguf import GGUFReader
 
-        linears = load_q4_layers(gguf, model)  # matched against the fp32 weights, before any cast
+        from .q4_weights import load_q4_layers, load_q8_head
+
+        reader = GGUFReader(str(gguf))  # parsed once for both
+        linears = load_q4_layers(reader, model)  # matched against the fp32 weights, before any cast
+        head = load_q8_head(reader, model)  # the tied LM head from the GGUF's Q8_0 blocks, also checked
     if dtype != torch.float32:
         model = model.to(dtype)
     model.eval()
-    lean = FastLlama(model, dtype, exact=exact, linears=linears) if fast else None
+    lean = FastLlama(model, dtype, exact=exact, linears=linears, head=head) if fast else None
     return Target(model=model, tokenizer=tokenizer, fast=lean)
