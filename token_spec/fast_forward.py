@@ -171,7 +171,7 @@ class FastLlama:
         # RoPE tables as HF Llama builds them: angles in fp32, cos/sin cast to the dtype.
         inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
         self._inv_freq = inv_freq
-        self._cos = self._sin = torch.empty(0, self.head_dim)
+        self._cos = self._sin_signed = torch.empty(0, self.head_dim)
         self._rope_upto(_GROW)
         self.scale = 1.0 / math.sqrt(self.head_dim)
 
@@ -182,11 +182,12 @@ class FastLlama:
         n = max(n, 2 * self._cos.shape[0])
         freqs = torch.outer(torch.arange(n, dtype=torch.float32), self._inv_freq)
         emb = torch.cat([freqs, freqs], dim=-1)  # [n, hd]
-        self._cos, self._sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+        sin = emb.sin().to(self.dtype)
+        self._cos = emb.cos().to(self.dtype)
         # rotate_half(t) * sin = [-t2, t1] * sin = roll(t, half) * [-sin1, sin2]: negating
         # the first half of sin instead of t2 is the same product bit for bit (a sign flip)
         half = self.head_dim // 2
-        self._sin_signed = torch.cat([-self._sin[:, :half], self._sin[:, half:]], dim=-1)
+        self._sin_signed = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
 
     # -- padding plan -------------------------------------------------------------------
     def gemm_width(self) -> int:
