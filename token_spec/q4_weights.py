@@ -110,6 +110,22 @@ class Q8Head:
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, GROUP, self.sz.float()).t().contiguous()
 
 
+def _blocks(tensor, type_name: str, block_bytes: int) -> np.ndarray:
+    """A gguf ``ReaderTensor`` of ``type_name`` -> its raw bytes as [rows, blocks, block_bytes]."""
+    if tensor.tensor_type.name != type_name:
+        raise ValueError(f"{tensor.name} is {tensor.tensor_type.name}, not {type_name}")
+    data = np.asarray(tensor.data)
+    rows, nb = data.shape[0], data.shape[1] // block_bytes
+    return data.reshape(rows, nb, block_bytes)
+
+
+def _f16(blocks: np.ndarray, offset: int) -> torch.Tensor:
+    """The fp16 field at byte ``offset`` of every block, as fp32 [rows, blocks]."""
+    rows, nb = blocks.shape[:2]
+    return torch.from_numpy(blocks[..., offset : offset + 2].copy().view(np.float16).reshape(rows, nb)
+                            .astype(np.float32))
+
+
 def split_int8(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """int8 codes -> (hi, lo) with q = 16 * hi + lo, lo = q mod 16 in [0, 15] and
     hi = floor(q / 16) in [-8, 7] (two's complement: q & 15 and the arithmetic q >> 4)."""
@@ -119,25 +135,18 @@ def split_int8(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def read_q8_0(tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A gguf ``ReaderTensor`` of type Q8_0 -> (codes [out, in] int32 in [-128, 127], d [out, in/32] fp32)."""
-    if tensor.tensor_type.name != "Q8_0":
-        raise ValueError(f"{tensor.name} is {tensor.tensor_type.name}, not Q8_0")
-    data = np.asarray(tensor.data)
-    rows, nb = data.shape[0], data.shape[1] // _Q8_BLOCK_BYTES
-    blocks = data.reshape(rows, nb, _Q8_BLOCK_BYTES)
-    d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16).reshape(rows, nb).astype(np.float32))
+    blocks = _blocks(tensor, "Q8_0", _Q8_BLOCK_BYTES)
+    rows, nb = blocks.shape[:2]
+    d = _f16(blocks, 0)
     q = torch.from_numpy(blocks[..., 2:].copy().view(np.int8)).reshape(rows, nb * GROUP).to(torch.int32)
     return q, d
 
 
 def read_q4_1(tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A gguf ``ReaderTensor`` of type Q4_1 -> (codes [out, in] int32, d [out, in/32], m)."""
-    if tensor.tensor_type.name != "Q4_1":
-        raise ValueError(f"{tensor.name} is {tensor.tensor_type.name}, not Q4_1")
-    data = np.asarray(tensor.data)
-    rows, nb = data.shape[0], data.shape[1] // _BLOCK_BYTES
-    blocks = data.reshape(rows, nb, _BLOCK_BYTES)
-    d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16).reshape(rows, nb).astype(np.float32))
-    m = torch.from_numpy(blocks[..., 2:4].copy().view(np.float16).reshape(rows, nb).astype(np.float32))
+    blocks = _blocks(tensor, "Q4_1", _BLOCK_BYTES)
+    rows, nb = blocks.shape[:2]
+    d, m = _f16(blocks, 0), _f16(blocks, 2)
     qs = torch.from_numpy(blocks[..., 4:].copy()).to(torch.int32)  # low nibbles: inputs 0..15, high: 16..31
     codes = torch.cat([qs & 0xF, qs >> 4], dim=-1).reshape(rows, nb * GROUP)
     return codes, d, m
