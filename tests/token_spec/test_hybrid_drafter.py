@@ -88,16 +88,23 @@ def test_greedy_hybrid_emits_the_targets_greedy_tokens():
     assert hybrid.rounds["lookup"] > 0 and hybrid.rounds["model"] > 0  # both kinds of round happened
 
 
+JOINT_PARAMS = SamplingParams(temperature=1.1, top_p=0.9)
+
+
+def _joint_law_log10_p(cls) -> tuple[float, HybridDrafter]:
+    """2500 whole sequences from a ``cls`` hybrid (3 tokens: a 2-gram lookup matches in some
+    rounds, the sampled Markov draft drafts the rest), G-tested against the target's law."""
+    target = target_model()
+    hybrid = cls(NgramDrafter(), MarkovDrafter(draft_model()), model_tokens=2)
+    samples = generate(target, hybrid, JOINT_PARAMS, FixedGamma(2), 2500, seed=11)
+    assert all(len(s) == LENGTH for s in samples) and len(PROMPT) > 0
+    return joint_log10_p(target, samples, JOINT_PARAMS), hybrid
+
+
 @pytest.mark.slow
 def test_hybrid_joint_law_of_whole_sequences_is_the_targets():
-    # 3 tokens: a 2-gram lookup matches in some rounds, the sampled Markov draft drafts the rest
-    target = target_model()
-    hybrid = HybridDrafter(NgramDrafter(), MarkovDrafter(draft_model()), model_tokens=2)
-    params = SamplingParams(temperature=1.1, top_p=0.9)
-    samples = generate(target, hybrid, params, FixedGamma(2), 2500, seed=11)
-    assert all(len(s) == LENGTH for s in samples) and len(PROMPT) > 0
+    log10_p, hybrid = _joint_law_log10_p(HybridDrafter)
     assert hybrid.rounds["lookup"] > 0 and hybrid.rounds["model"] > 0
-    log10_p = joint_log10_p(target, samples, params)
     assert log10_p > PASS_LOG10, f"joint law {fmt(log10_p)}"
 
 
@@ -114,10 +121,6 @@ class _MislabelsQRows(HybridDrafter):
 
 @pytest.mark.slow
 def test_negative_control_the_joint_test_catches_a_hybrid_with_wrong_q_rows():
-    target = target_model()
-    broken = _MislabelsQRows(NgramDrafter(), MarkovDrafter(draft_model()), model_tokens=2)
-    params = SamplingParams(temperature=1.1, top_p=0.9)
-    samples = generate(target, broken, params, FixedGamma(2), 2500, seed=11)
+    log10_p, broken = _joint_law_log10_p(_MislabelsQRows)
     assert broken.rounds["model"] > 0
-    log10_p = joint_log10_p(target, samples, params)
     assert log10_p < PASS_LOG10, f"a biased hybrid passed: {fmt(log10_p)}"
