@@ -30,6 +30,7 @@ import hashlib
 import json
 import math
 import os
+import random
 import platform
 import sys
 import sysconfig
@@ -55,25 +56,13 @@ from token_spec.draft_model import (  # noqa: E402
     save_draft_weights,
 )
 from token_spec.models import HFCausalLM  # noqa: E402
+from token_spec.prompts import DOMAINS  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import draft_corpus  # noqa: E402
 from token_spec.target import load_target  # noqa: E402
 
 # --------------------------------------------------------------------------- prompts
-
-CODE_TASKS = [
-    "reverses a string",
-    "checks whether a number is prime",
-    "returns the n-th Fibonacci number",
-    "counts the words in a text",
-    "merges two sorted lists",
-    "removes duplicates from a list while keeping the order",
-    "computes the factorial of n recursively",
-    "finds the largest element in a list",]
-
-CODE_STYLES = [
-    "Write a Python function that {task}.",
-    "Write a short Python function that {task}. Include an example call.",
-    "How do I write Python code that {task}?",
-]
 
 AGENT_SYSTEM = (
     "You are answering a query about a long context. You work in a Python REPL. The REPL has:\n"
@@ -91,28 +80,6 @@ AGENT_SYSTEM = (
     "When you know the answer, reply with FINAL(answer)."
 )
 
-AGENT_TASKS = [
-    "The context has 200 lines of the form `Date: Jun 29, 2022 || User: 44436 || Instance: <question>`. "
-    "Which label is most common: abbreviation, entity, description, human, location or numeric?",
-    "Count how many instances in the context are about a location.",
-    "Which user id appears most often in the context?",
-    "For every line in the context, ask the sub-model whether the message is spam, then print the number of spam lines.",
-    "Find all lines whose date is in 2023 and print how many there are.",
-    "Split the context into chunks of 50 lines and ask llm_query to summarise each chunk.",
-    "Is the label 'human' more common, less common or the same frequency as 'entity' in the context?",
-    "Print the first five lines of the context, then count the lines that mention a number.",
-    "Classify each review in the context as positive or negative with llm_query and print the counts.",
-    "Which month has the most instances labelled 'numeric'?",
-    "Extract the user id from every line and print the three most frequent users.",]
-
-AGENT_PREFIXES = ["", "```repl\n"]
-
-CHAT_TASKS = [
-    "What is the capital of France, and what is it famous for?",
-    "Explain photosynthesis in simple terms.",
-    "Write a short story about a robot who learns to paint.",
-    "Give me three tips for staying focused while studying.",]
-
 HELDOUT_CODE = [
     "Write a Python function that returns the median of a list of numbers.",
     "Write a Python function that counts the vowels in a string. Include an example call.",]
@@ -124,17 +91,20 @@ HELDOUT_CHAT = [
     "Write a short story about a cat who wants to fly.",]
 
 
-def training_prompts() -> list[tuple[str, list[dict], str]]:
-    """(domain, messages, assistant prefix) in a fixed order."""
-    out = []
-    for i, task in enumerate(CODE_TASKS):
-        style = CODE_STYLES[i % len(CODE_STYLES)]
-        out.append(("code", [{"role": "user", "content": style.format(task=task)}], ""))
-    for i, task in enumerate(AGENT_TASKS):
-        msgs = [{"role": "system", "content": AGENT_SYSTEM}, {"role": "user", "content": task}]
-        out.append(("agent", msgs, AGENT_PREFIXES[i % len(AGENT_PREFIXES)]))
-    for task in CHAT_TASKS:
-        out.append(("chat", [{"role": "user", "content": task}], ""))
+def training_prompts(seed: int, functions: list[str], n_edit: int) -> list[tuple[str, list[dict], str]]:
+    """(domain, messages, assistant prefix) in a fixed order (``scripts/draft_corpus.py``),
+    checked disjoint from the benchmark's prompts and the held-out prompts."""
+    rng = random.Random(seed)
+    out = [("code", [{"role": "user", "content": t}], "") for t in draft_corpus.code_write_prompts(rng)]
+    out += [("code", [{"role": "user", "content": t}], "") for t in draft_corpus.code_edit_prompts(functions, n_edit, rng)]
+    for system, user, prefix in draft_corpus.agent_prompts(rng):
+        msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+        out.append(("agent", msgs, prefix))
+    out += [("chat", [{"role": "user", "content": t}], "") for t in draft_corpus.chat_prompts()]
+    texts = [m["content"] for _, msgs, _ in out for m in msgs if m["role"] == "user"]
+    bench = [text for domain in DOMAINS.values() for text in domain]
+    held = [m["content"] for _, msgs, _ in heldout_prompts() for m in msgs if m["role"] == "user"]
+    draft_corpus.check_disjoint(texts, bench + held)
     return out
 
 
@@ -142,7 +112,7 @@ def heldout_prompts() -> list[tuple[str, list[dict], str]]:
     out = [("code", [{"role": "user", "content": t}], "") for t in HELDOUT_CODE]
     out += [
         ("agent", [{"role": "system", "content": AGENT_SYSTEM}, {"role": "user", "content": t}], p)
-        for t, p in zip(HELDOUT_AGENT, AGENT_PREFIXES)
+        for t, p in zip(HELDOUT_AGENT, ["", "```repl\n"])
     ]
     out += [("chat", [{"role": "user", "content": t}], "") for t in HELDOUT_CHAT]
     return out
@@ -274,9 +244,12 @@ def choose_vocab(t_vals, t_idx, vocab_size: int, size: int, always) -> torch.Ten
     return torch.sort(order[:size]).values
 
 
-def train(draft, ids, mask, t_vals, t_idx, *, steps, batch, lr, seed, warmup):
+def train(draft, ids, mask, t_vals, t_idx, *, steps, batch, lr, seed, warmup, amp=True):
     """Distil: minimise sum_{top-k} p (log p - log q) per scored position (teacher top-k
-    tokens outside the draft's vocabulary count as a constant: q = 0 there)."""
+    tokens outside the draft's vocabulary count as a constant: q = 0 there).
+
+    amp: matmuls in bf16 autocast (AMX / AVX512-BF16), weights, optimiser state and the
+    log-softmax in fp32."""
     # offsets of each window's scored positions inside the flat teacher arrays
     counts = mask.sum(dim=1)
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
@@ -309,8 +282,10 @@ def train(draft, ids, mask, t_vals, t_idx, *, steps, batch, lr, seed, warmup):
         p_logp = t_vals[sel]
         sub_idx = to_sub[t_idx[sel].long()]
         inside = sub_idx >= 0
-        hidden = draft.model(input_ids=ids[rows_t]).last_hidden_state[mask[rows_t]]
-        logq = torch.log_softmax(head.sub_logits(hidden), dim=-1).gather(1, sub_idx.clamp(min=0))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            hidden = draft.model(input_ids=ids[rows_t]).last_hidden_state[mask[rows_t]]
+            logits = head.sub_logits(hidden)
+        logq = torch.log_softmax(logits.float(), dim=-1).gather(1, sub_idx.clamp(min=0))
         p = p_logp.exp() * inside
         loss = (p * (p_logp - logq)).sum(dim=1).mean()
         opt.zero_grad(set_to_none=True)
@@ -397,23 +372,28 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--window", type=int, default=384, help="training window in tokens")
-    ap.add_argument("--code-tokens", type=int, default=6_144, help="stdlib source tokens for training")
+    ap.add_argument("--code-tokens", type=int, default=24_576, help="stdlib source tokens for training")
+    ap.add_argument("--edit-prompts", type=int, default=320, help="edit requests over stdlib functions")
+    ap.add_argument("--teacher-dtype", default="bfloat16", choices=("bfloat16", "float32"))
     ap.add_argument("--heldout-code-tokens", type=int, default=768)
-    ap.add_argument("--max-new-tokens", type=int, default=80, help="reply length for generated text")
-    ap.add_argument("--gen-batch", type=int, default=16)
+    ap.add_argument("--max-new-tokens", type=int, default=128, help="reply length for generated text")
+    ap.add_argument("--gen-batch", type=int, default=48)
     ap.add_argument("--topk", type=int, default=64, help="teacher log-probs kept per position")
     ap.add_argument("--draft-vocab", type=int, default=8192, help="size of the draft's output vocabulary")
-    ap.add_argument("--steps", type=int, default=120)
-    ap.add_argument("--batch", type=int, default=2, help="windows per training step")
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--batch", type=int, default=8, help="windows per training step")
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--fp32-train", action="store_true", help="train without bf16 autocast")
     ap.add_argument("--out", default=None, help="weights path (default token_spec/data/draft-smollm2-<n>l.safetensors)")
     ap.add_argument("--quick", action="store_true", help="tiny smoke run written to a temp folder")
     args = ap.parse_args(argv)
 
-    prompts, held_prompts = training_prompts(), heldout_prompts()
+    train_files, held_files = stdlib_files()
+    functions = draft_corpus.stdlib_functions(train_files)
+    prompts, held_prompts = training_prompts(args.seed, functions, args.edit_prompts), heldout_prompts()
     if args.quick:
         args.code_tokens, args.heldout_code_tokens, args.max_new_tokens, args.draft_vocab = 1024, 512, 12, 2048
-        args.steps, prompts, held_prompts = 4, prompts[::12], held_prompts[::3]
+        args.steps, prompts, held_prompts = 4, prompts[::100], held_prompts[::3]
         if args.out is None:
             args.out = str(Path(tempfile.mkdtemp(prefix="draft-quick-")) / f"draft-smollm2-{args.layers}l.safetensors")
     init_layers = (
@@ -433,13 +413,14 @@ def main(argv=None) -> int:
         print(f"[build_draft] {name}: {times[name]} s", flush=True)
 
     t0 = time.perf_counter()
-    target = load_target(dtype=torch.float32)
+    # the teacher (generation and log-probs) is the target at its default fast dtype (bf16
+    # here), the one the drafts are verified against; the draft itself trains in fp32
+    target = load_target(dtype=getattr(torch, args.teacher_dtype))
     target.model.requires_grad_(False)
     tok = target.tokenizer
     lap("load_target", t0)
 
     t0 = time.perf_counter()
-    train_files, held_files = stdlib_files()
     code_train = code_windows(tok, train_files, args.code_tokens, args.window, args.seed, "code")
     code_held = code_windows(tok, held_files, args.heldout_code_tokens, args.window, args.seed + 1, "stdlib")
     generated = generate_replies(target, prompts + held_prompts, args.max_new_tokens, args.gen_batch, "generate")
@@ -458,6 +439,7 @@ def main(argv=None) -> int:
     held_docs = code_held + gen_held
     t0 = time.perf_counter()
     teacher_rows = teacher_eval_rows(target, held_docs)
+    target.model.float()  # the draft's layers and its shared embedding compute in fp32
     baseline = init_draft_from_target(target.model, init_layers)  # full vocabulary head
     before = evaluate(baseline, held_docs, teacher_rows, unigram_id, "eval (undistilled)")
     del baseline
@@ -469,6 +451,7 @@ def main(argv=None) -> int:
     losses = train(
         draft, ids, mask, t_vals, t_idx,
         steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed, warmup=max(1, args.steps // 20),
+        amp=not args.fp32_train,
     )
     lap("train", t0)
 
