@@ -27,10 +27,10 @@ WEIGHTS = default_weights_path()
 # Held-out text (not in the build's training prompts or its stdlib windows): code,
 # RLM-style agent code, and chat prose, each in the target's chat format.
 SNIPPETS = [
-    "<|im_start|>user\nWrite a Python function that returns the second largest number in a list.<|im_end|>\n"
-    "<|im_start|>assistant\nHere is a simple function:\n\n```python\ndef second_largest(numbers):\n"
-    "    unique = sorted(set(numbers))\n    if len(unique) < 2:\n        return None\n    return unique[-2]\n\n"
-    "print(second_largest([4, 1, 7, 3, 7]))  # Output: 4\n```\n<|im_end|>\n",
+    "<|im_start|>user\nWrite a Python function that returns the last word of a sentence.<|im_end|>\n"
+    "<|im_start|>assistant\nHere is a simple function:\n\n```python\ndef last_word(sentence):\n"
+    "    words = sentence.split()\n    if not words:\n        return None\n    return words[-1]\n\n"
+    "print(last_word(\"The quick brown fox\"))  # Output: fox\n```\n<|im_end|>\n",
     "<|im_start|>user\nHow many lines of the context mention a city?<|im_end|>\n<|im_start|>assistant\n```repl\n"
     'lines = context.split("\\n")\ncount = 0\nfor line in lines:\n'
     '    answer = llm_query(f"Does this line mention a city? Answer yes or no: {line}")\n'
@@ -40,12 +40,12 @@ SNIPPETS = [
     "and is larger than all of the land area combined.<|im_end|>\n",
 ]
 
-# Measured on these 242 positions with the shipped weights: the undistilled 2-layer
-# truncation (target layers 0-1 + final norm) agrees with the target's argmax on 4.5%,
-# the distilled draft on 29.8% (44.6% code, 23.1% agent code, 12.0% chat). On the
-# build's own held-out set (draft-smollm2-2l.json) the most common token alone scores
-# 3.9%. The floor sits far above the trivial predictors and below the measured value.
-AGREEMENT_FLOOR = 0.20
+# Measured on these 224 positions (bf16 target): the undistilled 2-layer truncation
+# (target layers 0-1 + final norm) agrees with the target's argmax on 1.8%, the first
+# shipped draft (120 steps on 23 prompts' replies) on 23.2%, the current one (600 steps on
+# ~830 prompts' replies, scripts/draft_corpus.py) on 37.9% (47.0% code, 37.4% agent code,
+# 24.0% chat). The floor sits above the first draft and below the measured value.
+AGREEMENT_FLOOR = 0.30
 
 
 def tiny_target(vocab: int = 96, layers: int = 3) -> torch.nn.Module:
