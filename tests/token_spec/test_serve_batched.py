@@ -96,7 +96,7 @@ def alone_outputs(target):
     return prompts, {f"r{i}": _run(vanilla, [ids], 24)["r0"] for i, ids in enumerate(prompts)}
 
 
-@pytest.mark.parametrize("method", ["ngram", "suffix", "draft"])
+@pytest.mark.parametrize("method", ["ngram", "suffix", "draft", "ngram+draft"])
 def test_greedy_output_alone_equals_output_batched_with_speculation(target, alone_outputs, method):
     prompts, alone = alone_outputs
     spec = _engine(target, method)

@@ -4,7 +4,7 @@
 argparse imported; each handler imports the ``serve`` extra when it runs, so the
 ``bench`` command keeps working without it.
 
-``token_spec serve --host 127.0.0.1 --port P --speculative {ngram,suffix,draft,none}
+``token_spec serve --host 127.0.0.1 --port P --speculative {ngram,suffix,draft,ngram+draft,none}
 --gamma G --served-model-name NAME`` serves OpenAI chat completions at
 ``http://127.0.0.1:P/v1``; ``GET /health`` answers 200 once the model is loaded.
 """
@@ -14,13 +14,16 @@ from __future__ import annotations
 import argparse
 import os
 
+from .server import SPECULATIVE_METHODS
+
 __all__ = ["add_subcommands", "serve_main", "add_serve_options"]
 
 
 def add_serve_options(p: argparse.ArgumentParser) -> None:
     """Options shared by ``serve`` and ``loadtest`` (how the server is built)."""
-    p.add_argument("--speculative", choices=("ngram", "suffix", "draft", "none"), default="ngram",
-                   help="drafter (default ngram; none = plain decoding)")
+    p.add_argument("--speculative", choices=SPECULATIVE_METHODS, default="ngram",
+                   help="drafter (default ngram; ngram+draft = the lookup where it matches, the draft model "
+                   "elsewhere; none = plain decoding)")
     p.add_argument("--gamma", type=int, default=4, help="most draft tokens per sequence and step (default 4)")
     p.add_argument("--acceptance", choices=("strict", "relaxed"), default="strict",
                    help="strict = lossless rejection sampling (default); relaxed = LOSSY (marked in every response)")

@@ -20,7 +20,7 @@ from typing import Any
 
 __all__ = ["ServeConfig", "build", "running", "SPECULATIVE_METHODS", "make_drafter_factory"]
 
-SPECULATIVE_METHODS = ("ngram", "suffix", "draft", "none")
+SPECULATIVE_METHODS = ("ngram", "suffix", "draft", "ngram+draft", "none")
 
 
 @dataclass
@@ -48,7 +48,7 @@ class ServeConfig:
         if not 0.0 < self.relaxed_threshold <= 1.0:
             raise ValueError(f"--relaxed-threshold must be in (0, 1], got {self.relaxed_threshold}")
         if self.acceptance == "relaxed" and self.speculative == "none":
-            raise ValueError("--acceptance relaxed needs a drafter (--speculative ngram|suffix|draft)")
+            raise ValueError("--acceptance relaxed needs a drafter (--speculative ngram|suffix|draft|ngram+draft)")
 
 
 class _SuffixView:
@@ -73,7 +73,7 @@ class _SuffixView:
 
 def make_drafter_factory(method: str, target: Any):
     """A callable giving each request a fresh drafter, or None for ``none``."""
-    from ..drafters import ModelDrafter, NgramDrafter, SuffixDrafter
+    from ..drafters import HybridDrafter, ModelDrafter, NgramDrafter, SuffixDrafter
 
     if method == "none":
         return None
@@ -82,11 +82,14 @@ def make_drafter_factory(method: str, target: Any):
     if method == "suffix":
         shared = SuffixDrafter()
         return lambda: _SuffixView(shared)
-    if method == "draft":
+    if method in ("draft", "ngram+draft"):
         from ..draft_model import load_draft
 
         lm = load_draft(target.model)
-        return lambda: ModelDrafter(lm, confidence=0.4, name="draft")
+        if method == "draft":
+            return lambda: ModelDrafter(lm, confidence=0.4, name="draft")
+        # the lookup where it matches, the draft model (<= 4 tokens) elsewhere
+        return lambda: HybridDrafter(NgramDrafter(), ModelDrafter(lm, confidence=0.4, name="draft"))
     raise ValueError(f"unknown speculative method {method!r}; choose from {SPECULATIVE_METHODS}")
 
 
