@@ -92,12 +92,16 @@ class FastLlama:
     True (always pad) or False (never).
     linears: per layer (qkv, o, gate_up, down) callables replacing the dense GEMMs (e.g.
     Q4_1 or int8 weights); head: a callable replacing the dense LM head GEMM.
+    native: run the layer loop in C++ (``token_spec.native_layers``: the same ATen ops in
+    the same order, so bitwise the same results with less per-op overhead). "auto" (the
+    default) = where the extension builds, else the Python loop; True = required; False
+    = the Python loop. ``self.native`` says which runs (eager attention only).
     """
 
     def __init__(self, hf_model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16, *,
                  exact: bool = True, pad_mode: str = "probe", pad_attention: bool | str = "probe",
                  attention: str = "eager", key_block: int = KEY_BLOCK, linears: list | None = None,
-                 head=None) -> None:
+                 head=None, native: bool | str = "auto") -> None:
         cfg = hf_model.config
         custom_head = head
         if getattr(cfg, "model_type", "llama") != "llama":
@@ -107,6 +111,7 @@ class FastLlama:
         if dtype not in (torch.bfloat16, torch.float32):
             raise ValueError(f"dtype must be torch.bfloat16 or torch.float32, got {dtype}")
         self.dtype = dtype
+        self.source = hf_model  # the module the weights were laid out from (twins, tests)
         if pad_mode not in ("probe", "full"):
             raise ValueError(f"pad_mode must be 'probe' or 'full', got {pad_mode!r}")
         if attention not in ("eager", "sdpa"):
@@ -174,6 +179,22 @@ class FastLlama:
         self._cos = self._sin_signed = torch.empty(0, self.head_dim)
         self._rope_upto(_GROW)
         self.scale = 1.0 / math.sqrt(self.head_dim)
+        if native not in (True, False, "auto"):
+            raise ValueError(f"native must be True, False or 'auto', got {native!r}")
+        self._native = None
+        if native and attention == "eager":
+            from . import native_layers
+
+            self._native = native_layers.load()
+            if self._native is None and native is True:
+                raise RuntimeError(f"the native layer loop did not build: {native_layers.build_error()}")
+        elif native is True:
+            raise ValueError("the native layer loop runs eager attention only (attention='eager')")
+
+    @property
+    def native(self) -> bool:
+        """True when the decoder layers run in the compiled loop (``token_spec.native_layers``)."""
+        return self._native is not None
 
     # -- tables -------------------------------------------------------------------------
     def _rope_upto(self, n: int) -> None:
@@ -289,38 +310,42 @@ class FastLlama:
         cos_b, sin_b = cos[:, None, :], sin[:, None, :]  # broadcast over heads
         qk_dim = q_dim + kv_dim
         half = hd // 2
-        for li, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
-            h = self._rms(x, w_in)
-            qkv = w_qkv(h)  # [gw, q+2kv]
-            # RoPE on q and k heads at once (HF's rotate_half convention): t*cos + [-t2, t1]*sin,
-            # computed as t*cos + roll(t, half) * [-sin1, sin2] (the same products, fewer ops)
-            qk = qkv[:, :qk_dim].view(gw, self.n_heads + nkv, hd)
-            qk = qk * cos_b + qk.roll(half, dims=-1) * sin_b
-            q = qk[:, : self.n_heads].transpose(0, 1)  # [heads, gw, hd]
-            k = qk[:, self.n_heads :].transpose(0, 1)  # [kv, gw, hd]
-            v = qkv[:, qk_dim:].view(gw, nkv, hd).transpose(0, 1)
-            if qpad is not None:
-                q = torch.cat([q, qpad], dim=1)  # [heads, aw, hd]
-            kc, vc = cache.k[li], cache.v[li]  # [kv, cap, hd]
-            # Padded rows are written too (positions >= end): they are beyond the
-            # session's length, so they are masked for every real row and overwritten
-            # before they are ever read as real keys.
-            kc[:, start : start + gw] = k
-            vc[:, start : start + gw] = v
-            keys, vals = kc[:, :kend], vc[:, :kend]  # [kv, T, hd]
-            if self.attention == "sdpa":
-                att = F.scaled_dot_product_attention(q[None], keys[None], vals[None], attn_mask=allowed,
-                                                     enable_gqa=True)[0]  # [heads, aw, hd]
-                att = att[:, :gw].transpose(0, 1).reshape(gw, q_dim)
-            else:
-                qg = q.reshape(nkv, g * aw, hd)  # heads of one kv group stacked: [kv, g*aw, hd]
-                att = attend(qg, keys, vals, mask, self.scale)  # [kv, g*aw, hd]
-                att = att.view(self.n_heads, aw, hd)[:, :gw].transpose(0, 1).reshape(gw, q_dim)
-            x = x + w_o(att)
-            h = self._rms(x, w_post)
-            gu = w_gu(h)  # [gw, 2I]
-            inter = gu.shape[-1] // 2
-            x = x + w_down(F.silu(gu[:, :inter]) * gu[:, inter:])
+        if self._native is not None:  # the same ops as the loop below, issued from C++
+            x = self._native.run_layers(x, self.layers, cache.k, cache.v, cos_b, sin_b, mask, qpad, start, gw, aw,
+                                        kend, self.n_heads, nkv, hd, self.hidden, self.eps, self.scale)
+        else:
+            for li, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
+                h = self._rms(x, w_in)
+                qkv = w_qkv(h)  # [gw, q+2kv]
+                # RoPE on q and k heads at once (HF's rotate_half convention): t*cos + [-t2, t1]*sin,
+                # computed as t*cos + roll(t, half) * [-sin1, sin2] (the same products, fewer ops)
+                qk = qkv[:, :qk_dim].view(gw, self.n_heads + nkv, hd)
+                qk = qk * cos_b + qk.roll(half, dims=-1) * sin_b
+                q = qk[:, : self.n_heads].transpose(0, 1)  # [heads, gw, hd]
+                k = qk[:, self.n_heads :].transpose(0, 1)  # [kv, gw, hd]
+                v = qkv[:, qk_dim:].view(gw, nkv, hd).transpose(0, 1)
+                if qpad is not None:
+                    q = torch.cat([q, qpad], dim=1)  # [heads, aw, hd]
+                kc, vc = cache.k[li], cache.v[li]  # [kv, cap, hd]
+                # Padded rows are written too (positions >= end): they are beyond the
+                # session's length, so they are masked for every real row and overwritten
+                # before they are ever read as real keys.
+                kc[:, :, start : start + gw] = k.transpose(1, 2)  # keys cached transposed: [kv, hd, cap]
+                vc[:, start : start + gw] = v
+                keys_t, vals = kc[:, :, :kend], vc[:, :kend]  # [kv, hd, T], [kv, T, hd]
+                if self.attention == "sdpa":
+                    att = F.scaled_dot_product_attention(q[None], keys_t.transpose(1, 2)[None], vals[None], attn_mask=allowed,
+                                                         enable_gqa=True)[0]  # [heads, aw, hd]
+                    att = att[:, :gw].transpose(0, 1).reshape(gw, q_dim)
+                else:
+                    qg = q.reshape(nkv, g * aw, hd)  # heads of one kv group stacked: [kv, g*aw, hd]
+                    att = attend(qg, keys_t, vals, mask, self.scale)  # [kv, g*aw, hd]
+                    att = att.view(self.n_heads, aw, hd)[:, :gw].transpose(0, 1).reshape(gw, q_dim)
+                x = x + w_o(att)
+                h = self._rms(x, w_post)
+                gu = w_gu(h)  # [gw, 2I]
+                inter = gu.shape[-1] // 2
+                x = x + w_down(F.silu(gu[:, :inter]) * gu[:, inter:])
         cache.length = end
         keep = n if logits_rows is None else max(1, min(int(logits_rows), n))
         if gw == n:  # unpadded (e.g. a prefill): the head runs on the kept rows only
@@ -372,14 +397,16 @@ class Dense:
         return F.linear(x, self.weight)
 
 
-def attend(qg: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+def attend(qg: torch.Tensor, keys_t: torch.Tensor, vals: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
     """Masked attention of one pass, per kv head: qg [kv, R, hd] (the g query heads of a
-    kv head stacked), keys / vals [kv, T, hd], mask [1 or kv, R, T] additive (0 / -inf)
-    -> [kv, R, hd] in the compute dtype.
+    kv head stacked), keys_t [kv, hd, T] (the keys transposed, as the cache stores them),
+    vals [kv, T, hd], mask [1 or kv, R, T] additive (0 / -inf) -> [kv, R, hd] in the
+    compute dtype.
 
     scores = mask + (q k^T) * scale (a power of two here: exact), softmax in fp32 over the
-    T keys (masked keys: exp = exactly 0), then probs @ vals."""
-    scores = torch.baddbmm(mask, qg, keys.transpose(1, 2), alpha=scale)  # [kv, R, T]
+    T keys (masked keys: exp = exactly 0), then probs @ vals. Keys are cached transposed
+    so q k^T reads a strided slice of the cache (no per-layer copy of the keys)."""
+    scores = torch.baddbmm(mask, qg, keys_t, alpha=scale)  # [kv, R, T]
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(qg.dtype)
     return torch.bmm(probs, vals)
 
@@ -399,7 +426,8 @@ def attention_row_invariant(dtype: torch.dtype, n_kv: int, group: int, head_dim:
     with torch.inference_mode():
         for t in (key_block, 4 * key_block, 16 * key_block):
             q = torch.randn(n_kv, group, max_width, head_dim, generator=gen).to(dtype)
-            k = torch.randn(n_kv, t, head_dim, generator=gen).to(dtype)
+            # keys transposed, as a slice of a wider buffer, as the cache holds them
+            k = torch.randn(n_kv, head_dim, t + key_block, generator=gen).to(dtype)[:, :, :t]
             v = torch.randn(n_kv, t, head_dim, generator=gen).to(dtype)
             # row r (position t - max_width - 3 + r) sees keys up to its position; the tail is masked
             pos = torch.arange(t - max_width - 3, t - 3)
@@ -446,8 +474,10 @@ def row_invariant_width(gemm, max_width: int = PAD_WIDTH, rows: int = 64) -> int
 class FastSession:
     """One sequence's static KV cache for ``FastLlama``: ``extend`` / ``truncate``.
 
-    K/V live in preallocated tensors ``[layers, kv heads, capacity, head_dim]`` that grow
-    by ``_GROW`` positions when needed; ``truncate`` only moves ``length``.
+    K/V live in preallocated per-layer tensors, keys transposed ``[kv heads, head_dim,
+    capacity]`` (attention reads ``k^T`` as a slice) and values ``[kv heads, capacity,
+    head_dim]``, that grow by ``_GROW`` positions when needed; ``truncate`` only moves
+    ``length``.
     """
 
     def __init__(self, lm: FastLlama) -> None:
@@ -466,12 +496,11 @@ class FastSession:
             return
         cap = max(need, self.capacity + _GROW)
         cap = -(-cap // _GROW) * _GROW
-        shape = (lm.n_kv, cap, lm.head_dim)
-        new_k = [torch.zeros(shape, dtype=lm.dtype) for _ in range(lm.n_layers)]
-        new_v = [torch.zeros(shape, dtype=lm.dtype) for _ in range(lm.n_layers)]
+        new_k = [torch.zeros((lm.n_kv, lm.head_dim, cap), dtype=lm.dtype) for _ in range(lm.n_layers)]
+        new_v = [torch.zeros((lm.n_kv, cap, lm.head_dim), dtype=lm.dtype) for _ in range(lm.n_layers)]
         if self.capacity:
             for i in range(lm.n_layers):
-                new_k[i][:, : self.capacity] = self.k[i]
+                new_k[i][:, :, : self.capacity] = self.k[i]
                 new_v[i][:, : self.capacity] = self.v[i]
         self.k, self.v, self.capacity = new_k, new_v, cap
 

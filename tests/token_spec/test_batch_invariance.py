@@ -121,7 +121,7 @@ def _width_dependent_attend(qg, keys, vals, mask, scale):
     if qg.shape[1] < 8:
         qg = qg.float()
         keys, vals, mask = keys.float(), vals.float(), mask.float()
-    scores = torch.baddbmm(mask, qg, keys.transpose(1, 2), alpha=scale)
+    scores = torch.baddbmm(mask, qg, keys, alpha=scale)  # keys transposed: [kv, hd, T]
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(qg.dtype)
     return torch.bmm(probs, vals).to(keys.dtype if qg.shape[1] >= 8 else torch.bfloat16)
 

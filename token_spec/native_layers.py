@@ -1,0 +1,133 @@
+"""The lean forward's decoder-layer loop, compiled: the same ATen ops, called from C++.
+
+At SmolLM2-135M's size a decode step on one CPU thread is mostly dispatch: ~40 small
+PyTorch ops per layer (norms, RoPE, cache writes, attention, residuals) x 30 layers, each
+paying Python's per-op overhead, against only four GEMMs per layer that do real work
+(README, "Where the time of one step goes"). ``run_layers`` runs the whole layer loop in
+one C++ call. It issues **the same ATen ops, with the same arguments, in the same order**
+as ``FastLlama.forward``'s Python loop, so its results are bitwise those of the Python
+loop (``tests/token_spec/test_native_layers.py`` compares them bitwise at every width,
+KV length and weight kind, with a perturbed-epsilon negative control), and batch
+invariance, a property of the kernels, carries over unchanged. The four GEMMs per layer
+stay Python callables (dense, oneDNN, Q4_1 or int8: ``Dense``, ``Int4Linear``,
+``Int8Linear``), called back from C++.
+
+The extension is compiled on first use with ``torch.utils.cpp_extension.load_inline``
+(g++ and ninja; about a minute, then cached under ``~/.cache/torch_extensions``).
+``available()`` says whether it built; where it cannot (no compiler), ``FastLlama`` keeps
+the Python loop and says so (``FastLlama.native``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import sys
+from pathlib import Path
+
+__all__ = ["available", "load", "build_error"]
+
+_SOURCE = r"""
+#include <torch/extension.h>
+#include <pybind11/pybind11.h>
+#include <vector>
+
+namespace py = pybind11;
+
+// RMSNorm as FastLlama._rms: y = w * x / sqrt(mean(x^2) + eps) over one row, in fp32,
+// cast back to the compute dtype.
+static at::Tensor rms(const at::Tensor& x, const at::Tensor& w, int64_t hidden, double eps, at::ScalarType dt) {
+    return at::rms_norm(x.to(at::kFloat), {hidden}, w, eps).to(dt);
+}
+
+static at::Tensor call(const py::handle& f, const at::Tensor& x) {
+    return f(x).cast<at::Tensor>();
+}
+
+// The decoder layers of FastLlama.forward (eager attention), op for op.
+// x [gw, H]; layers: per layer (w_in, qkv, o, w_post, gate_up, down); caches per layer:
+// keys transposed [kv, hd, cap], values [kv, cap, hd]; cos_b / sin_b [gw, 1, hd]; mask [1, g*aw, kend] additive;
+// qpad [heads, aw-gw, hd] or None. Returns the new x [gw, H].
+at::Tensor run_layers(at::Tensor x, py::list layers, std::vector<at::Tensor> kcache, std::vector<at::Tensor> vcache,
+                      at::Tensor cos_b, at::Tensor sin_b, at::Tensor mask, py::object qpad_obj,
+                      int64_t start, int64_t gw, int64_t aw, int64_t kend, int64_t n_heads, int64_t nkv,
+                      int64_t hd, int64_t hidden, double eps, double scale) {
+    const auto dt = x.scalar_type();
+    const int64_t g = n_heads / nkv, q_dim = n_heads * hd, kv_dim = nkv * hd, qk_dim = q_dim + kv_dim;
+    const int64_t half = hd / 2;
+    const bool padq = !qpad_obj.is_none();
+    at::Tensor qpad;
+    if (padq) qpad = qpad_obj.cast<at::Tensor>();
+    const int64_t n_layers = static_cast<int64_t>(py::len(layers));
+    for (int64_t li = 0; li < n_layers; ++li) {
+        py::tuple layer = layers[li].cast<py::tuple>();
+        const at::Tensor w_in = layer[0].cast<at::Tensor>();
+        const at::Tensor w_post = layer[3].cast<at::Tensor>();
+        at::Tensor h = rms(x, w_in, hidden, eps, dt);
+        at::Tensor qkv = call(layer[1], h);  // [gw, q+2kv]
+        at::Tensor qk = qkv.slice(1, 0, qk_dim).view({gw, n_heads + nkv, hd});
+        qk = qk * cos_b + qk.roll({half}, {-1}) * sin_b;
+        at::Tensor q = qk.slice(1, 0, n_heads).transpose(0, 1);  // [heads, gw, hd]
+        at::Tensor k = qk.slice(1, n_heads).transpose(0, 1);     // [kv, gw, hd]
+        at::Tensor v = qkv.slice(1, qk_dim).view({gw, nkv, hd}).transpose(0, 1);
+        if (padq) q = at::cat({q, qpad}, 1);  // [heads, aw, hd]
+        at::Tensor& kc = kcache[li];
+        at::Tensor& vc = vcache[li];
+        kc.slice(2, start, start + gw).copy_(k.transpose(1, 2));  // keys cached transposed
+        vc.slice(1, start, start + gw).copy_(v);
+        at::Tensor keys_t = kc.slice(2, 0, kend), vals = vc.slice(1, 0, kend);
+        at::Tensor qg = q.reshape({nkv, g * aw, hd});
+        at::Tensor scores = at::baddbmm(mask, qg, keys_t, /*beta=*/1, /*alpha=*/scale);
+        at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(qg.scalar_type());
+        at::Tensor att = at::bmm(probs, vals);
+        att = att.view({n_heads, aw, hd}).slice(1, 0, gw).transpose(0, 1).reshape({gw, q_dim});
+        x = x + call(layer[2], att);
+        h = rms(x, w_post, hidden, eps, dt);
+        at::Tensor gu = call(layer[4], h);  // [gw, 2I]
+        const int64_t inter = gu.size(-1) / 2;
+        x = x + call(layer[5], at::silu(gu.slice(1, 0, inter)) * gu.slice(1, inter));
+    }
+    return x;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("run_layers", &run_layers, "FastLlama's decoder-layer loop (eager attention), op for op");
+}
+"""
+
+_ERROR: list[str] = []
+
+
+def build_error() -> str | None:
+    """Why the extension did not build (None if it did or was not tried)."""
+    return _ERROR[0] if _ERROR else None
+
+
+@functools.lru_cache(maxsize=1)
+def load():
+    """The compiled module (built once per process; cached on disk by torch), or None."""
+    if os.environ.get("TOKEN_SPEC_NATIVE", "1") == "0":
+        _ERROR.append("disabled by TOKEN_SPEC_NATIVE=0")
+        return None
+    try:
+        from torch.utils import cpp_extension
+
+        bin_dir = str(Path(sys.executable).parent)  # the venv's ninja (pip package) first
+        if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+        if shutil.which("ninja") is None or shutil.which(os.environ.get("CXX", "c++")) is None:
+            raise RuntimeError("needs ninja and a C++ compiler on PATH")
+        return cpp_extension.load_inline(
+            name="token_spec_native_layers_v2",
+            cpp_sources=[_SOURCE],
+            extra_cflags=["-O2"],
+            verbose=False,
+        )
+    except Exception as exc:  # any build failure: the Python loop stays
+        _ERROR.append(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
+        return None
+
+
+def available() -> bool:
+    return load() is not None
