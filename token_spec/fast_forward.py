@@ -181,12 +181,13 @@ class FastLlama:
         self.scale = 1.0 / math.sqrt(self.head_dim)
         if native not in (True, False, "auto"):
             raise ValueError(f"native must be True, False or 'auto', got {native!r}")
-        self._native = None
+        self._run_layers = None  # the compiled loop (a builtin function: copy/deepcopy keep it as is)
         if native and attention == "eager":
             from . import native_layers
 
-            self._native = native_layers.load()
-            if self._native is None and native is True:
+            module = native_layers.load()
+            self._run_layers = None if module is None else module.run_layers
+            if module is None and native is True:
                 raise RuntimeError(f"the native layer loop did not build: {native_layers.build_error()}")
         elif native is True:
             raise ValueError("the native layer loop runs eager attention only (attention='eager')")
@@ -194,7 +195,7 @@ class FastLlama:
     @property
     def native(self) -> bool:
         """True when the decoder layers run in the compiled loop (``token_spec.native_layers``)."""
-        return self._native is not None
+        return self._run_layers is not None
 
     # -- tables -------------------------------------------------------------------------
     def _rope_upto(self, n: int) -> None:
@@ -310,8 +311,8 @@ class FastLlama:
         cos_b, sin_b = cos[:, None, :], sin[:, None, :]  # broadcast over heads
         qk_dim = q_dim + kv_dim
         half = hd // 2
-        if self._native is not None:  # the same ops as the loop below, issued from C++
-            x = self._native.run_layers(x, self.layers, cache.k, cache.v, cos_b, sin_b, mask, qpad, start, gw, aw,
+        if self._run_layers is not None:  # the same ops as the loop below, issued from C++
+            x = self._run_layers(x, self.layers, cache.k, cache.v, cos_b, sin_b, mask, qpad, start, gw, aw,
                                         kend, self.n_heads, nkv, hd, self.hidden, self.eps, self.scale)
         else:
             for li, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):

@@ -72,13 +72,12 @@ def test_a_one_value_change_in_the_native_loop_is_caught(lean, native_module, mo
     python, native = _twin(lean, False), _twin(lean, True)
     real = native_module.run_layers
 
-    class Perturbed:
-        def run_layers(self, *args):
-            args = list(args)
-            args[-2] = args[-2] * 4  # the RMSNorm epsilon
-            return real(*args)
+    def perturbed(*args):
+        args = list(args)
+        args[-2] = args[-2] * 4  # the RMSNorm epsilon
+        return real(*args)
 
-    monkeypatch.setattr(native, "_native", Perturbed())
+    monkeypatch.setattr(native, "_run_layers", perturbed)
     assert not _same(_passes(python), _passes(native))
 
 
@@ -90,6 +89,14 @@ def test_auto_uses_the_native_loop_where_it_builds_and_sdpa_stays_in_python(lean
             FastLlama(lean.source, lean.dtype, attention="sdpa", native=True)
     with pytest.raises(ValueError, match="native must be True, False or 'auto'"):
         FastLlama(lean.source, lean.dtype, native="yes")
+
+
+def test_a_native_forward_survives_deepcopy(lean):
+    # the bench deep-copies drafters, and with them a draft's FastLlama
+    import copy
+
+    twin = copy.deepcopy(_twin(lean, True))
+    assert twin.native and twin._run_layers is _twin(lean, True)._run_layers
 
 
 def test_disabled_build_falls_back_to_the_python_loop_and_says_why(monkeypatch):
