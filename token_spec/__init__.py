@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - exercised by tests/test_core_in
                       f"(on a CPU-only machine install torch from PyTorch's CPU index first; {exc})"
                       ) from exc
 
-from .gamma import AdaptiveGamma, CostAwareGamma, FixedGamma, GammaPolicy  # noqa: E402
+from .gamma import AdaptiveGamma, CostAwareGamma, DraftGate, FixedGamma, GammaPolicy  # noqa: E402
 from .relaxed import RelaxedResult, RelaxedVerifier, verify_relaxed  # noqa: E402
 from .rounds import speculative_ids, vanilla_ids  # noqa: E402
 from .sampler import verify  # noqa: E402
@@ -53,6 +53,7 @@ _LAZY = {
     "SuffixDrafter": "drafters",
     "ModelDrafter": "drafters",
     "HybridDrafter": "drafters",
+    "GatedDrafter": "drafters",
     "CausalLM": "models",
     "LMSession": "models",
     "HFCausalLM": "models",
@@ -86,6 +87,7 @@ __all__ = [
     "FixedGamma",
     "AdaptiveGamma",
     "CostAwareGamma",
+    "DraftGate",
     "verify_relaxed",
     "RelaxedVerifier",
     "RelaxedResult",

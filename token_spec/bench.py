@@ -69,7 +69,8 @@ def add_arguments(b) -> None:
                    help="hybrid drafters (ngram+draft, suffix+draft): most draft-model tokens per round (default 4)")
     b.add_argument("--adaptive", action="store_true", help="adaptive gamma (HF heuristic) instead of fixed")
     b.add_argument("--cost-aware", action="store_true",
-                   help="gamma = CostAwareGamma with this target's measured pass costs (drafters without :G)")
+                   help="gamma = CostAwareGamma with this target's measured pass costs, and the draft model "
+                   "drafting only where its measured acceptance pays (DraftGate) (drafters without :G)")
     b.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     b.add_argument("--seed", type=int, default=0, help="sampling seed when --temperature > 0 (default 0)")
     b.add_argument("--hf", default="auto",
@@ -244,19 +245,27 @@ def _load(cfg: str):
     return load_target(dtype=torch.float32)
 
 
-def _drafter(name: str, target, draft, args):
-    from .drafters import HybridDrafter, ModelDrafter, NgramDrafter, SuffixDrafter
+def _drafter(name: str, target, draft, args, gate=None, gate_tokens: int = 8):
+    """A fresh drafter by bench name; ``gate(target, draft, max_tokens)`` -> a DraftGate
+    for the draft model (None: ungated)."""
+    from .drafters import GatedDrafter, HybridDrafter, ModelDrafter, NgramDrafter, SuffixDrafter
 
     lookup, plus, model = name.partition("+")
     if plus:
-        return HybridDrafter(_drafter(lookup, target, draft, args), _drafter(model, target, draft, args),
+        return HybridDrafter(_drafter(lookup, target, draft, args),
+                             _drafter(model, target, draft, args, gate, args.hybrid_model_tokens),
                              model_tokens=args.hybrid_model_tokens, name=name)
     if name == "ngram":
         return NgramDrafter()
     if name == "suffix":
         return SuffixDrafter()
     if name == "draft":
-        return ModelDrafter(draft, confidence=args.draft_confidence, name="draft")
+        model = ModelDrafter(draft, confidence=args.draft_confidence, name="draft")
+        if gate is None:
+            return model
+        # --cost-aware: draft only in rounds where the draft model's measured acceptance
+        # pays for its steps and the wider verify pass (never slower than plain steps)
+        return GatedDrafter(model, gate(target, draft, gate_tokens), name="draft")
     raise ValueError(f"unknown drafter {name!r}; choose from {list(OUR_DRAFTERS)}")
 
 
@@ -266,15 +275,24 @@ def _build_methods(args, params) -> tuple[dict, dict, object]:
 
     from .draft_model import fast_draft, load_draft
     from .engine import SpeculativeDecoder, VanillaDecoder
-    from .gamma import AdaptiveGamma, CostAwareGamma, FixedGamma, measure_pass_costs
+    from .gamma import AdaptiveGamma, CostAwareGamma, DraftGate, FixedGamma, measure_pass_costs, measure_step_ratio
 
     costs = {}
+    ratios = {}
+
+    def gate(target, draft, max_tokens: int):
+        if id(target) not in ratios:
+            ratios[id(target)] = measure_step_ratio(draft, target)
+        return DraftGate(costs=pass_costs(target), draft_cost=ratios[id(target)], max_tokens=max_tokens)
+
+    def pass_costs(target):
+        if id(target) not in costs:
+            costs[id(target)] = measure_pass_costs(target)
+        return costs[id(target)]
 
     def policy(gamma: int | None = None, target=None):
         if getattr(args, "cost_aware", False) and gamma is None:
-            if id(target) not in costs:
-                costs[id(target)] = measure_pass_costs(target)
-            return CostAwareGamma(costs=costs[id(target)])
+            return CostAwareGamma(costs=pass_costs(target))
         gamma = args.gamma if gamma is None else gamma
         return AdaptiveGamma(initial=gamma, max_gamma=max(15, gamma)) if args.adaptive else FixedGamma(gamma)
 
@@ -293,7 +311,8 @@ def _build_methods(args, params) -> tuple[dict, dict, object]:
         reference[f"{cfg}:vanilla"] = f"{cfg}:vanilla"
         for spec in drafters:
             name, _, g = spec.partition(":")
-            dec = SpeculativeDecoder(target, _drafter(name, target, draft_lm, args),
+            gated = gate if getattr(args, "cost_aware", False) and not g else None
+            dec = SpeculativeDecoder(target, _drafter(name, target, draft_lm, args, gated),
                                      gamma_policy=policy(int(g) if g else None, target))
             methods[f"{cfg}:spec:{spec}"] = Ours(dec, params)
             reference[f"{cfg}:spec:{spec}"] = f"{cfg}:vanilla"

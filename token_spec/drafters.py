@@ -38,7 +38,8 @@ import torch
 from .models import CausalLM, LMSession
 from .sampling import SamplingParams, sample, warp
 
-__all__ = ["Draft", "Drafter", "NgramDrafter", "SuffixDrafter", "ModelDrafter", "HybridDrafter", "NgramIndex"]
+__all__ = ["Draft", "Drafter", "NgramDrafter", "SuffixDrafter", "ModelDrafter", "HybridDrafter", "GatedDrafter",
+           "NgramIndex"]
 
 
 @dataclass
@@ -308,3 +309,67 @@ class HybridDrafter:
     def end(self, output_ids: Sequence[int]) -> None:
         self.lookup.end(output_ids)
         self.model.end(output_ids)
+
+
+class GatedDrafter:
+    """``drafter`` only in the rounds where ``gate`` (``token_spec.gamma.DraftGate``) says
+    drafting pays; an empty draft (a plain target step) in the others.
+
+    The gate learns the drafter's acceptance from the verified context alone: when asked
+    for a round, the tokens proposed last time are compared with what the context now
+    holds at their positions (a rejected draft token never equals the token emitted in
+    its place: the residual max(0, p - q) is 0 there), and ``gate.update`` gets the
+    count. The decision for a round uses only earlier rounds, so the verifier's
+    guarantee holds (greedy: identity with vanilla). The gate's estimate carries over
+    from request to request. Meant for a costly drafter (a draft model), alone or as a
+    ``HybridDrafter``'s model: where the gate is shut, the hybrid proposes nothing.
+    """
+
+    def __init__(self, drafter: Drafter, gate, *, name: str | None = None) -> None:
+        for attr in ("tokens", "update"):
+            if not callable(getattr(gate, attr, None)):
+                raise TypeError(f"gate must have tokens() and update(proposed, accepted), got {gate!r}")
+        self.drafter, self.gate = drafter, gate
+        self.name = name or drafter.name
+        if getattr(drafter, "vocab_size", None) is not None:
+            self.vocab_size = int(drafter.vocab_size)
+        self._pending: tuple[int, list[int]] | None = None  # (its position, tokens) of the last draft
+        self.rounds = {"drafted": 0, "skipped": 0}
+
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        self._pending = None
+        self.drafter.begin(prompt_ids)
+
+    def _settle(self, context: list[int]) -> None:
+        if self._pending is None:
+            return
+        start, tokens = self._pending
+        accepted = 0
+        for proposed, verified in zip(tokens, context[start : start + len(tokens)]):
+            if proposed != verified:
+                break
+            accepted += 1
+        self.gate.update(len(tokens), accepted)
+        self._pending = None
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Draft:
+        ctx = _ids(context)
+        self._settle(ctx)
+        if k <= 0:
+            return _empty()
+        n = self.gate.tokens()
+        if n <= 0:
+            self.rounds["skipped"] += 1
+            return _empty()
+        draft = self.drafter.propose(ctx, min(k, n), params, generator)
+        if draft.tokens.numel():
+            self._pending = (len(ctx), draft.tokens.tolist())
+            self.rounds["drafted"] += 1
+        return draft
+
+    def end(self, output_ids: Sequence[int]) -> None:
+        self._pending = None
+        self.drafter.end(output_ids)
+

@@ -29,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["GammaPolicy", "FixedGamma", "AdaptiveGamma", "CostAwareGamma", "measure_pass_costs"]
+__all__ = ["GammaPolicy", "FixedGamma", "AdaptiveGamma", "CostAwareGamma", "DraftGate", "measure_pass_costs",
+           "measure_step_ratio"]
 
 
 @runtime_checkable
@@ -167,6 +168,100 @@ class CostAwareGamma:
 
     def reset(self) -> None:
         self._acc, self._rej = self.prior_accepts, self.prior_rejects
+
+
+@dataclass
+class DraftGate:
+    """Whether a round drafted by a costly drafter (a draft model) pays, and how long.
+
+    Model (per round, in units of one one-token target pass): the drafter's tokens are
+    accepted independently with probability α, so drafting k tokens yields
+    E_k = (1 - α^(k+1)) / (1 - α) tokens for ``k * draft_cost`` (k drafter steps) +
+    ``costs[k]`` (the verify pass over k + 1 tokens); not drafting yields 1 token for
+    ``costs[0]``. ``tokens()`` = the k in 1..max_tokens with the best E_k / cost when that
+    beats 1 / costs[0], else 0 (do not draft). α is the censored-geometric estimate
+    accepted / (accepted + rejections) of the drafter's earlier rounds, older rounds
+    decayed by ``decay``, from a prior of ``prior_accepts`` : ``prior_rejects``.
+
+    While the gate is shut, every ``probe_every``-th call still drafts one token, so α
+    keeps being measured (a fixed schedule). Non-anticipating like the γ policies:
+    ``tokens()`` uses only what ``update`` was fed after earlier rounds, so the verifier's
+    guarantee holds whatever it decides. Where drafting is cheap and verification nearly
+    free (bf16 here: draft_cost ~0.08) it stays open at low α; where the target step is
+    itself cheap (Q4_1: draft_cost ~0.2, wider passes dearer) it shuts on prose, where
+    the draft model rarely agrees with the target.
+    """
+
+    costs: tuple[float, ...]
+    draft_cost: float
+    max_tokens: int = 4
+    decay: float = 0.9
+    prior_accepts: float = 1.0
+    prior_rejects: float = 1.0
+    probe_every: int = 8
+
+    def __post_init__(self) -> None:
+        if not self.costs or any(c <= 0 for c in self.costs):
+            raise ValueError("costs must be a non-empty sequence of positive numbers (costs[k] = pass over k+1 tokens)")
+        if not self.draft_cost >= 0:
+            raise ValueError(f"draft_cost must be >= 0, got {self.draft_cost}")
+        if self.max_tokens < 1 or self.probe_every < 1:
+            raise ValueError(f"max_tokens and probe_every must be >= 1, got {self.max_tokens}, {self.probe_every}")
+        if not 0.0 < self.decay <= 1.0:
+            raise ValueError(f"decay must be in (0, 1], got {self.decay}")
+        self.costs = tuple(float(c) for c in self.costs)
+        self._acc, self._rej = self.prior_accepts, self.prior_rejects
+        self._shut_calls = 0
+
+    @property
+    def alpha(self) -> float:
+        return self._acc / (self._acc + self._rej) if self._acc + self._rej > 0 else 0.0
+
+    def best(self) -> int:
+        """The k that pays best at the current α (0 = drafting does not pay)."""
+        a = min(self.alpha, 0.999)
+        best, best_rate = 0, 1.0 / self.costs[0]
+        for k in range(1, self.max_tokens + 1):
+            cost = self.costs[min(k, len(self.costs) - 1)] + k * self.draft_cost
+            rate = (1.0 - a ** (k + 1)) / (1.0 - a) / cost  # expected tokens per unit cost
+            if rate > best_rate + 1e-12:
+                best, best_rate = k, rate
+        return best
+
+    def tokens(self) -> int:
+        """Tokens to draft this round (0 = skip the drafter), decided before it runs."""
+        k = self.best()
+        if k:
+            self._shut_calls = 0
+            return k
+        self._shut_calls += 1
+        return 1 if self._shut_calls % self.probe_every == 0 else 0
+
+    def update(self, proposed: int, accepted: int) -> None:
+        _check_update(proposed, accepted)
+        if proposed == 0:
+            return
+        self._acc = self.decay * self._acc + accepted
+        self._rej = self.decay * self._rej + (1 if accepted < proposed else 0)
+
+
+def measure_step_ratio(draft, target, repeats: int = 7, context: int = 256) -> float:
+    """Time of one one-token step of ``draft`` over one of ``target`` (best of
+    ``repeats`` each, interleaved, ``context`` cached tokens): DraftGate's draft_cost."""
+    import time
+
+    import torch
+
+    sessions = [lm.start(list(range(100, 100 + context))) for lm in (draft, target)]
+    best = [float("inf"), float("inf")]
+    for _ in range(repeats):
+        for i, session in enumerate(sessions):
+            base = session.length
+            t0 = time.perf_counter()
+            session.extend(torch.tensor([200]))
+            best[i] = min(best[i], time.perf_counter() - t0)
+            session.truncate(base)
+    return best[0] / best[1]
 
 
 def measure_pass_costs(target, max_width: int = 16, repeats: int = 5, context: int = 256) -> tuple[float, ...]:
