@@ -183,8 +183,10 @@ class DraftGate:
     accepted / (accepted + rejections) of the drafter's earlier rounds, older rounds
     decayed by ``decay``, from a prior of ``prior_accepts`` : ``prior_rejects``.
 
-    While the gate is shut, every ``probe_every``-th call still drafts one token, so α
-    keeps being measured (a fixed schedule). Non-anticipating like the γ policies:
+    While the gate is shut, one call in ``probe_every`` still drafts one token, so α keeps
+    being measured; each probe that leaves the gate shut doubles that interval (up to
+    ``max_probe_every``), and the gate opening resets it, so a drafter that never pays
+    costs ever fewer probes. Non-anticipating like the γ policies:
     ``tokens()`` uses only what ``update`` was fed after earlier rounds, so the verifier's
     guarantee holds whatever it decides. Where drafting is cheap and verification nearly
     free (bf16 here: draft_cost ~0.08) it stays open at low α; where the target step is
@@ -199,19 +201,23 @@ class DraftGate:
     prior_accepts: float = 1.0
     prior_rejects: float = 1.0
     probe_every: int = 8
+    max_probe_every: int = 256
 
     def __post_init__(self) -> None:
         if not self.costs or any(c <= 0 for c in self.costs):
             raise ValueError("costs must be a non-empty sequence of positive numbers (costs[k] = pass over k+1 tokens)")
         if not self.draft_cost >= 0:
             raise ValueError(f"draft_cost must be >= 0, got {self.draft_cost}")
-        if self.max_tokens < 1 or self.probe_every < 1:
-            raise ValueError(f"max_tokens and probe_every must be >= 1, got {self.max_tokens}, {self.probe_every}")
+        if self.max_tokens < 1 or not 1 <= self.probe_every <= self.max_probe_every:
+            raise ValueError("need max_tokens >= 1 and 1 <= probe_every <= max_probe_every, got "
+                             f"{self.max_tokens}, {self.probe_every}, {self.max_probe_every}")
         if not 0.0 < self.decay <= 1.0:
             raise ValueError(f"decay must be in (0, 1], got {self.decay}")
         self.costs = tuple(float(c) for c in self.costs)
         self._acc, self._rej = self.prior_accepts, self.prior_rejects
         self._shut_calls = 0
+        self._interval = self.probe_every
+        self._probing = False
 
     @property
     def alpha(self) -> float:
@@ -232,10 +238,13 @@ class DraftGate:
         """Tokens to draft this round (0 = skip the drafter), decided before it runs."""
         k = self.best()
         if k:
-            self._shut_calls = 0
+            self._shut_calls, self._interval = 0, self.probe_every
             return k
         self._shut_calls += 1
-        return 1 if self._shut_calls % self.probe_every == 0 else 0
+        if self._shut_calls < self._interval:
+            return 0
+        self._shut_calls, self._probing = 0, True
+        return 1
 
     def update(self, proposed: int, accepted: int) -> None:
         _check_update(proposed, accepted)
@@ -243,6 +252,10 @@ class DraftGate:
             return
         self._acc = self.decay * self._acc + accepted
         self._rej = self.decay * self._rej + (1 if accepted < proposed else 0)
+        if self._probing:
+            self._probing = False
+            if self.best() == 0:  # the probe did not reopen the gate: probe half as often
+                self._interval = min(2 * self._interval, self.max_probe_every)
 
 
 def measure_step_ratio(draft, target, repeats: int = 7, context: int = 256) -> float:

@@ -35,6 +35,23 @@ def test_gate_shuts_where_the_target_step_is_cheap_and_acceptance_low():
     assert calls == [0] * 7 + [1] + [0] * 7 + [1]  # shut, with a one-token probe every 8th call
 
 
+def test_failed_probes_back_off_and_reopening_resets_the_interval():
+    gate = DraftGate(costs=Q4_LIKE, draft_cost=0.2, probe_every=4, max_probe_every=16)
+    _feed(gate, 40, 2, 0)
+    gaps = []
+    for _ in range(4):
+        calls = 0
+        while gate.tokens() == 0:
+            calls += 1
+        gaps.append(calls + 1)
+        gate.update(1, 0)  # the probe is rejected: the gate stays shut
+    assert gaps == [4, 8, 16, 16]
+    _feed(gate, 20, 1, 1)  # accepted drafts reopen it...
+    assert gate.tokens() >= 1
+    _feed(gate, 40, 2, 0)  # ...and the next shut spell starts from the first interval
+    assert [gate.tokens() for _ in range(4)] == [0, 0, 0, 1]
+
+
 def test_gate_reopens_when_probes_are_accepted():
     gate = DraftGate(costs=Q4_LIKE, draft_cost=0.2)
     _feed(gate, 40, 1, 0)
@@ -55,6 +72,7 @@ def test_gate_picks_more_tokens_as_acceptance_grows():
     ({"costs": (1.0, 0.0), "draft_cost": 0.1}, "costs"),
     ({"costs": (1.0,), "draft_cost": -1.0}, "draft_cost"),
     ({"costs": (1.0,), "draft_cost": 0.1, "max_tokens": 0}, "max_tokens"),
+    ({"costs": (1.0,), "draft_cost": 0.1, "probe_every": 64, "max_probe_every": 32}, "probe_every"),
     ({"costs": (1.0,), "draft_cost": 0.1, "decay": 0.0}, "decay"),
 ])
 def test_bad_gate_settings_are_refused_by_name(kwargs, message):
