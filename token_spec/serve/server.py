@@ -71,8 +71,10 @@ class _SuffixView:
         self.shared.end(output_ids)
 
 
-def make_drafter_factory(method: str, target: Any):
-    """A callable giving each request a fresh drafter, or None for ``none``."""
+def make_drafter_factory(method: str, target: Any, dtype: Any = None):
+    """A callable giving each request a fresh drafter, or None for ``none``. The draft
+    model runs on the lean forward (``fast_draft``) in ``dtype`` (the server's compute
+    dtype; default the target's) where the target has one."""
     from ..drafters import HybridDrafter, ModelDrafter, NgramDrafter, SuffixDrafter
 
     if method == "none":
@@ -83,9 +85,11 @@ def make_drafter_factory(method: str, target: Any):
         shared = SuffixDrafter()
         return lambda: _SuffixView(shared)
     if method in ("draft", "ngram+draft"):
-        from ..draft_model import load_draft
+        from ..draft_model import fast_draft, load_draft
 
         lm = load_draft(target.model)
+        if getattr(target, "fast", None) is not None:
+            lm = fast_draft(lm, dtype if dtype is not None else target.dtype)
         if method == "draft":
             return lambda: ModelDrafter(lm, confidence=0.4, name="draft")
         # the lookup where it matches, the draft model (<= 4 tokens) elsewhere
@@ -108,7 +112,7 @@ def build(config: ServeConfig, target: Any = None):
     lm = BatchedLM(target.model, dtype=config.dtype, attention=config.attention)
     engine = BatchEngine(
         lm, target.tokenizer, getattr(target, "eos_ids", (target.eos_id,)),
-        drafter_factory=make_drafter_factory(config.speculative, target), gamma=config.gamma,
+        drafter_factory=make_drafter_factory(config.speculative, target, lm.dtype), gamma=config.gamma,
         max_rows=config.max_rows, max_seqs=config.max_seqs, acceptance=config.acceptance,
         relaxed_threshold=config.relaxed_threshold,
     )
