@@ -124,3 +124,23 @@ def test_negative_control_the_joint_test_catches_a_hybrid_with_wrong_q_rows():
     log10_p, broken = _joint_law_log10_p(_MislabelsQRows)
     assert broken.rounds["model"] > 0
     assert log10_p < PASS_LOG10, f"a biased hybrid passed: {fmt(log10_p)}"
+
+
+class _GatedHybrid(HybridDrafter):
+    """The hybrid with its model behind a DraftGate tuned to shut and reopen often (costly
+    drafts, frequent probes), so gated-off and drafted rounds both occur."""
+
+    def __init__(self, lookup, model, **kwargs) -> None:
+        from token_spec.drafters import GatedDrafter
+        from token_spec.gamma import DraftGate
+
+        gate = DraftGate(costs=(1.0, 1.3, 1.6), draft_cost=0.3, max_tokens=2, probe_every=2, max_probe_every=4)
+        super().__init__(lookup, GatedDrafter(model, gate), **kwargs)
+
+
+@pytest.mark.slow
+def test_gated_hybrid_joint_law_of_whole_sequences_is_the_targets():
+    # the gate decides from earlier rounds only, so the mix stays lossless under sampling
+    log10_p, hybrid = _joint_law_log10_p(_GatedHybrid)
+    assert hybrid.model.rounds["drafted"] > 0 and hybrid.model.rounds["skipped"] > 0
+    assert log10_p > PASS_LOG10, f"joint law {fmt(log10_p)}"
