@@ -213,13 +213,14 @@ def _medians(runs: list[dict]) -> list[dict]:
 
 
 def format_table(result: dict) -> str:
-    head = (f"{'method':<8} {'clients':>7} {'tok/s':>8} {'req/s':>7} {'lat mean':>9} {'lat p50':>8} "
+    w = max([8] + [len(r["method"]) for r in result["rows"]])  # method column: the longest name
+    head = (f"{'method':<{w}} {'clients':>7} {'tok/s':>8} {'req/s':>7} {'lat mean':>9} {'lat p50':>8} "
             f"{'lat p90':>8} {'ttft':>7} {'tau':>5}")
     lines = [head, "-" * len(head)]
     for r in result["rows"]:
         tau = "-" if r["mean_acceptance_length"] is None else f"{r['mean_acceptance_length']:.2f}"
         ttft = "-" if r["ttft_mean_s"] is None else f"{r['ttft_mean_s']:.2f}"
-        lines.append(f"{r['method']:<8} {r['clients']:>7} {r['tokens_per_s']:8.2f} {r['requests_per_s']:7.3f} "
+        lines.append(f"{r['method']:<{w}} {r['clients']:>7} {r['tokens_per_s']:8.2f} {r['requests_per_s']:7.3f} "
                      f"{r['latency_mean_s']:9.2f} {r['latency_p50_s']:8.2f} {r['latency_p90_s']:8.2f} {ttft:>7} {tau:>5}")
     return "\n".join(lines)
 
