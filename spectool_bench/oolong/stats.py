@@ -37,6 +37,12 @@ MIX_TYPES = {"relative": "TASK_TYPE.RELATIVE_FREQ", "numeric": "TASK_TYPE.NUMERI
 PUBLIC_131K = {"relative": 29, "numeric": 12, "most": 5, "least": 4}  # of 50 (2 windows)
 PUBLIC_POOLED = {"relative": 169, "numeric": 77, "most": 30, "least": 20}  # of 300
 PUBLIC_250 = {k: PUBLIC_POOLED[k] - PUBLIC_131K[k] for k in PUBLIC_POOLED}  # the GPT-5 run
+# spam, validation split, the first three parquet shards (lengths not stated): a public
+# replication's per-type totals over its 558 questions (trec_coarse 250 + spam 308;
+# Cornjebus/rlm-replication-study README.md) minus its 250 trec_coarse questions (the
+# GPT-5 run above, GPT5_BENCHMARK_REPORT.md); the rest of the 308 are 7 SECOND_MOST_FREQ
+# and 12 REPRESENTED_N_TIMES
+PUBLIC_SPAM = {"relative": 228 - 140, "numeric": 138 - 65, "most": 107 - 25, "least": 62 - 16}  # of 308
 WINDOW_SIZES = (8192, 32768, 131072)
 MIX_SIZES = tuple(1024 * 2**k for k in range(13))  # 1K .. 4M, the release's lengths
 
@@ -149,9 +155,18 @@ def main(argv: list[str] | None = None) -> int:
 
     sizes = sorted(shares)
     short = [L for L in sizes if L <= 131072]
+    pools = [short, sizes] if len(short) < len(sizes) else [sizes]
+    if args.dataset == "spam":
+        return _compare_public(pools, pooled_over, "public spam, validation shards 1-3 (derived)", 308, PUBLIC_SPAM)
+    if args.dataset != "trec_coarse":
+        for pool in pools:
+            share = pooled_over(pool)
+            print(f"| generator pooled {_size(pool[0])}..{_size(pool[-1])} (equal weight) | - | "
+                  + " | ".join(f"{share[k]:.3f}" for k in MIX_TYPES) + " |")
+        print(f"\n(no public per-type counts known for {args.dataset})")
+        return 0
     p131 = {k: v / 50 for k, v in PUBLIC_131K.items()}
     p300 = {k: v / 300 for k, v in PUBLIC_POOLED.items()}
-    pools = [short, sizes] if len(short) < len(sizes) else [sizes]
     rows = [
         *((f"generator pooled {_size(pool[0])}..{_size(pool[-1])} (equal weight)", "-",
            pooled_over(pool)) for pool in pools),
@@ -172,6 +187,24 @@ def main(argv: list[str] | None = None) -> int:
         share = pooled_over(pool)
         print(f"| gap: generator pooled {_size(pool[0])}..{_size(pool[-1])} vs public "
               "pooled | | " + " | ".join(_gap(share[k], p300[k]) for k in MIX_TYPES) + " |")
+    return 0
+
+
+def _compare_public(pools, pooled_over, name: str, n: int, counts: dict) -> int:
+    """Rows: the generator pooled, one public sample of ``n`` questions, its standard
+    error, and the relative gaps."""
+    public = {k: v / n for k, v in counts.items()}
+    for pool in pools:
+        share = pooled_over(pool)
+        print(f"| generator pooled {_size(pool[0])}..{_size(pool[-1])} (equal weight) | - | "
+              + " | ".join(f"{share[k]:.3f}" for k in MIX_TYPES) + " |")
+    print(f"| {name} | {n} | " + " | ".join(f"{public[k]:.3f}" for k in MIX_TYPES) + " |")
+    print(f"| {name}, 1 standard error | | "
+          + " | ".join(f"±{math.sqrt(public[k] * (1 - public[k]) / n):.3f}" for k in MIX_TYPES) + " |")
+    for pool in pools:
+        share = pooled_over(pool)
+        print(f"| gap: generator pooled {_size(pool[0])}..{_size(pool[-1])} vs {name} | | "
+              + " | ".join(_gap(share[k], public[k]) for k in MIX_TYPES) + " |")
     return 0
 
 

@@ -18,6 +18,16 @@ def test_prints_window_and_like_with_like_mix_tables(capsys):
     assert "| gap: generator 128K vs public 131K |" in out
 
 
+def test_spam_is_compared_with_its_own_public_sample_and_other_datasets_with_none(capsys):
+    assert stats.main(["--dataset", "spam", "--windows", "8", "--max-length", "131072"]) == 0
+    out = capsys.readouterr().out
+    assert "| public spam, validation shards 1-3 (derived) | 308 | 0.286 | 0.237 | 0.266 | 0.149 |" in out
+    assert "| gap: generator pooled 1K..128K vs public spam" in out and "public 131K" not in out
+    assert stats.main(["--dataset", "agnews", "--windows", "8", "--max-length", "131072"]) == 0
+    out = capsys.readouterr().out
+    assert "no public per-type counts known for agnews" in out and "| public" not in out
+
+
 def test_mix_shares_count_only_kept_questions():
     _, types, total = stats._generated("imdb", 8192, 16)  # seed 14 is dropped (< 25)
     assert total == 15 * 25 and sum(types.values()) == total
