@@ -109,8 +109,50 @@ class AdaptiveGamma:
         self._current = self.initial
 
 
+class _DecayedAcceptance:
+    """What CostAwareGamma and DraftGate share: pass ``costs`` (costs[k] = the relative
+    time of a pass over k + 1 tokens) and the censored-geometric acceptance estimate
+    α = accepted / (accepted + rejections) over the rounds fed to ``update``, each older
+    round's counts decayed by ``decay``, from a prior of ``prior_accepts`` :
+    ``prior_rejects``. Subclasses are dataclasses that declare those four fields."""
+
+    costs: tuple[float, ...]
+    decay: float
+    prior_accepts: float
+    prior_rejects: float
+
+    def _start(self) -> None:
+        if not self.costs or any(c <= 0 for c in self.costs):
+            raise ValueError("costs must be a non-empty sequence of positive numbers (costs[k] = pass over k+1 tokens)")
+        if not 0.0 < self.decay <= 1.0:
+            raise ValueError(f"decay must be in (0, 1], got {self.decay}")
+        self.costs = tuple(float(c) for c in self.costs)
+        self._acc, self._rej = self.prior_accepts, self.prior_rejects
+
+    @property
+    def alpha(self) -> float:
+        return self._acc / (self._acc + self._rej) if self._acc + self._rej > 0 else 0.0
+
+    def _record(self, proposed: int, accepted: int) -> bool:
+        """Count one verified round; False (nothing counted) for a round without drafts."""
+        _check_update(proposed, accepted)
+        if proposed == 0:
+            return False
+        self._acc = self.decay * self._acc + accepted
+        self._rej = self.decay * self._rej + (1 if accepted < proposed else 0)
+        return True
+
+    def reset(self) -> None:
+        self._acc, self._rej = self.prior_accepts, self.prior_rejects
+
+
+def _tokens_per_cost(a: float, k: int, cost: float) -> float:
+    # E_k = (1 - a^(k+1)) / (1 - a): the accepted prefix plus the bonus/recovered token
+    return (1.0 - a ** (k + 1)) / (1.0 - a) / cost
+
+
 @dataclass
-class CostAwareGamma:
+class CostAwareGamma(_DecayedAcceptance):
     """γ that maximises expected tokens per unit of verify cost, from past acceptances only.
 
     Model: each draft token is accepted with probability α independently, so a round
@@ -134,44 +176,26 @@ class CostAwareGamma:
     prior_rejects: float = 1.0
 
     def __post_init__(self) -> None:
-        if not self.costs or any(c <= 0 for c in self.costs):
-            raise ValueError("costs must be a non-empty sequence of positive numbers (costs[k] = pass over k+1 tokens)")
         if not (0 <= self.min_gamma <= self.max_gamma):
             raise ValueError(f"need 0 <= min_gamma <= max_gamma, got {self.min_gamma}, {self.max_gamma}")
-        if not 0.0 < self.decay <= 1.0:
-            raise ValueError(f"decay must be in (0, 1], got {self.decay}")
-        self.costs = tuple(float(c) for c in self.costs)
-        self._acc = self.prior_accepts
-        self._rej = self.prior_rejects
-
-    @property
-    def alpha(self) -> float:
-        return self._acc / (self._acc + self._rej) if self._acc + self._rej > 0 else 0.0
+        self._start()
 
     def gamma(self) -> int:
         a = min(self.alpha, 0.999)
         top = min(self.max_gamma, len(self.costs) - 1)
         best, best_rate = self.min_gamma, -1.0
         for k in range(self.min_gamma, max(self.min_gamma, top) + 1):
-            cost = self.costs[min(k, len(self.costs) - 1)]
-            rate = (1.0 - a ** (k + 1)) / (1.0 - a) / cost  # expected tokens per unit cost
+            rate = _tokens_per_cost(a, k, self.costs[min(k, len(self.costs) - 1)])
             if rate > best_rate + 1e-12:
                 best, best_rate = k, rate
         return best
 
     def update(self, proposed: int, accepted: int) -> None:
-        _check_update(proposed, accepted)
-        if proposed == 0:
-            return
-        self._acc = self.decay * self._acc + accepted
-        self._rej = self.decay * self._rej + (1 if accepted < proposed else 0)
-
-    def reset(self) -> None:
-        self._acc, self._rej = self.prior_accepts, self.prior_rejects
+        self._record(proposed, accepted)
 
 
 @dataclass
-class DraftGate:
+class DraftGate(_DecayedAcceptance):
     """Whether a round drafted by a costly drafter (a draft model) pays, and how long.
 
     Model (per round, in units of one one-token target pass): the drafter's tokens are
@@ -204,32 +228,22 @@ class DraftGate:
     max_probe_every: int = 256
 
     def __post_init__(self) -> None:
-        if not self.costs or any(c <= 0 for c in self.costs):
-            raise ValueError("costs must be a non-empty sequence of positive numbers (costs[k] = pass over k+1 tokens)")
         if not self.draft_cost >= 0:
             raise ValueError(f"draft_cost must be >= 0, got {self.draft_cost}")
         if self.max_tokens < 1 or not 1 <= self.probe_every <= self.max_probe_every:
             raise ValueError("need max_tokens >= 1 and 1 <= probe_every <= max_probe_every, got "
                              f"{self.max_tokens}, {self.probe_every}, {self.max_probe_every}")
-        if not 0.0 < self.decay <= 1.0:
-            raise ValueError(f"decay must be in (0, 1], got {self.decay}")
-        self.costs = tuple(float(c) for c in self.costs)
-        self._acc, self._rej = self.prior_accepts, self.prior_rejects
+        self._start()
         self._shut_calls = 0
         self._interval = self.probe_every
         self._probing = False
-
-    @property
-    def alpha(self) -> float:
-        return self._acc / (self._acc + self._rej) if self._acc + self._rej > 0 else 0.0
 
     def best(self) -> int:
         """The k that pays best at the current α (0 = drafting does not pay)."""
         a = min(self.alpha, 0.999)
         best, best_rate = 0, 1.0 / self.costs[0]
         for k in range(1, self.max_tokens + 1):
-            cost = self.costs[min(k, len(self.costs) - 1)] + k * self.draft_cost
-            rate = (1.0 - a ** (k + 1)) / (1.0 - a) / cost  # expected tokens per unit cost
+            rate = _tokens_per_cost(a, k, self.costs[min(k, len(self.costs) - 1)] + k * self.draft_cost)
             if rate > best_rate + 1e-12:
                 best, best_rate = k, rate
         return best
@@ -247,11 +261,8 @@ class DraftGate:
         return 1
 
     def update(self, proposed: int, accepted: int) -> None:
-        _check_update(proposed, accepted)
-        if proposed == 0:
+        if not self._record(proposed, accepted):
             return
-        self._acc = self.decay * self._acc + accepted
-        self._rej = self.decay * self._rej + (1 if accepted < proposed else 0)
         if self._probing:
             self._probing = False
             if self.best() == 0:  # the probe did not reopen the gate: probe half as often
