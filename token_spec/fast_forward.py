@@ -238,9 +238,11 @@ class FastLlama:
 
         exact=False: never. pad_attention True / False: as told. "probe": pad unless
         ``attention_row_invariant`` measures the eager attention matmuls row-invariant
-        at this thread count (once per count; sdpa is always padded: its kernels are
-        not row-invariant in bf16, measured). Unpadded, a one-token step computes 1
-        query row per head instead of 16."""
+        at this thread count from ``gemm_width()`` rows on, the fewest rows any exact pass
+        has (once per count; sdpa is always padded: its kernels are not row-invariant in
+        bf16, measured). Unpadded, a one-token step computes ``gemm_width()`` query rows
+        per head instead of 16 (fp32 here: the batched matmuls differ at 1 row only, so
+        the 2-row GEMM padding is enough)."""
         if not self.exact:
             return False
         if self.pad_attention != "probe":
@@ -251,7 +253,7 @@ class FastLlama:
         invariant = self._attention_probed.get(threads)
         if invariant is None:
             invariant = attention_row_invariant(self.dtype, self.n_kv, self.group, self.head_dim, self.scale,
-                                                self.pad_width, self.key_block)
+                                                self.pad_width, self.key_block, min_width=self.gemm_width())
             self._attention_probed[threads] = invariant
         return not invariant
 
@@ -413,10 +415,13 @@ def attend(qg: torch.Tensor, keys_t: torch.Tensor, vals: torch.Tensor, mask: tor
 
 
 def attention_row_invariant(dtype: torch.dtype, n_kv: int, group: int, head_dim: int, scale: float,
-                            max_width: int = PAD_WIDTH, key_block: int = KEY_BLOCK, attend_fn=None) -> bool:
-    """True iff ``attend`` over R = group * w query rows gives, for every w in 1..max_width,
-    bit for bit the rows it gives at w = max_width, at several key lengths (pseudo-random
-    q, k, v; causal-style masks with a masked tail).
+                            max_width: int = PAD_WIDTH, key_block: int = KEY_BLOCK, attend_fn=None,
+                            min_width: int = 1) -> bool:
+    """True iff ``attend`` over R = group * w query rows gives, for every w in
+    min_width..max_width, bit for bit the rows it gives at w = max_width, at several key
+    lengths (pseudo-random q, k, v; causal-style masks with a masked tail). ``min_width``:
+    the fewest query rows a pass ever has (the GEMM padding width), so narrower calls
+    never occur and need not agree.
 
     Like ``row_invariant_width`` for the GEMMs: the kernel a BLAS runs for a batched
     matmul depends on the shape and the threads, never on the values, so a probe over
@@ -441,7 +446,7 @@ def attention_row_invariant(dtype: torch.dtype, n_kv: int, group: int, head_dim:
                 return out.view(n_kv, group, w, head_dim)
 
             ref = run(max_width)
-            for w in range(1, max_width):
+            for w in range(min_width, max_width):
                 if not torch.equal(run(w), ref[:, :, :w]):
                     return False
     return True

@@ -126,6 +126,18 @@ def _width_dependent_attend(qg, keys, vals, mask, scale):
     return torch.bmm(probs, vals).to(keys.dtype if qg.shape[1] >= 8 else torch.bfloat16)
 
 
+def test_attention_probe_ignores_widths_below_the_fewest_rows_a_pass_has():
+    from token_spec.fast_forward import attend, attention_row_invariant
+
+    def odd_at_one_row(qg, keys, vals, mask, scale):  # a kernel whose 1-row path differs
+        out = attend(qg, keys, vals, mask, scale)
+        return out + 1 if qg.shape[1] == 3 else out  # 3 = group * 1 row
+
+    args = (torch.bfloat16, 3, 3, 64, 0.125)
+    assert attention_row_invariant(*args, attend_fn=odd_at_one_row) is False  # a 1-row pass would differ
+    assert attention_row_invariant(*args, attend_fn=odd_at_one_row, min_width=2) is True
+
+
 def test_attention_probe_catches_a_width_dependent_kernel_and_passes_a_row_wise_one():
     from token_spec.fast_forward import attend, attention_row_invariant
 
