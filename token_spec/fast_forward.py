@@ -51,7 +51,7 @@ import torch.nn.functional as F
 __all__ = ["FastLlama", "FastSession", "Dense", "PAD_WIDTH", "KEY_BLOCK", "supports_bf16", "default_dtype",
            "row_invariant_width", "attention_row_invariant", "attend"]
 
-PAD_WIDTH = 16  # widest exact pass; attention always runs at this many query rows
+PAD_WIDTH = 16  # widest exact pass; padded attention runs at this many query rows
 KEY_BLOCK = 64  # key length of a pass is rounded up to a multiple of this (masked tail)
 _GROW = 1024  # the KV cache grows in steps of this many positions
 
@@ -315,7 +315,7 @@ class FastLlama:
         half = hd // 2
         if self._run_layers is not None:  # the same ops as the loop below, issued from C++
             x = self._run_layers(x, self.layers, cache.k, cache.v, cos_b, sin_b, mask, qpad, start, gw, aw,
-                                        kend, self.n_heads, nkv, hd, self.hidden, self.eps, self.scale)
+                                 kend, self.n_heads, nkv, hd, self.hidden, self.eps, self.scale)
         else:
             for li, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
                 h = self._rms(x, w_in)
@@ -329,7 +329,7 @@ class FastLlama:
                 v = qkv[:, qk_dim:].view(gw, nkv, hd).transpose(0, 1)
                 if qpad is not None:
                     q = torch.cat([q, qpad], dim=1)  # [heads, aw, hd]
-                kc, vc = cache.k[li], cache.v[li]  # [kv, cap, hd]
+                kc, vc = cache.k[li], cache.v[li]  # keys [kv, hd, cap], values [kv, cap, hd]
                 # Padded rows are written too (positions >= end): they are beyond the
                 # session's length, so they are masked for every real row and overwritten
                 # before they are ever read as real keys.
@@ -337,7 +337,8 @@ class FastLlama:
                 vc[:, start : start + gw] = v
                 keys_t, vals = kc[:, :, :kend], vc[:, :kend]  # [kv, hd, T], [kv, T, hd]
                 if self.attention == "sdpa":
-                    att = F.scaled_dot_product_attention(q[None], keys_t.transpose(1, 2)[None], vals[None], attn_mask=allowed,
+                    keys = keys_t.transpose(1, 2)  # [kv, T, hd]
+                    att = F.scaled_dot_product_attention(q[None], keys[None], vals[None], attn_mask=allowed,
                                                          enable_gqa=True)[0]  # [heads, aw, hd]
                     att = att[:, :gw].transpose(0, 1).reshape(gw, q_dim)
                 else:

@@ -269,44 +269,41 @@ class DraftGate(_DecayedAcceptance):
                 self._interval = min(2 * self._interval, self.max_probe_every)
 
 
-def measure_step_ratio(draft, target, repeats: int = 7, context: int = 256) -> float:
-    """Time of one one-token step of ``draft`` over one of ``target`` (best of
-    ``repeats`` each, interleaved, ``context`` cached tokens): DraftGate's draft_cost."""
+def _timed_pass(session, width: int) -> float:
+    """Seconds of one pass over ``width`` tokens; the session is rolled back after it."""
     import time
 
     import torch
 
+    base = session.length
+    t0 = time.perf_counter()
+    session.extend(torch.arange(200, 200 + width))
+    elapsed = time.perf_counter() - t0
+    session.truncate(base)
+    return elapsed
+
+
+def measure_step_ratio(draft, target, repeats: int = 7, context: int = 256) -> float:
+    """Time of one one-token step of ``draft`` over one of ``target`` (best of
+    ``repeats`` each, interleaved, ``context`` cached tokens): DraftGate's draft_cost."""
     sessions = [lm.start(list(range(100, 100 + context))) for lm in (draft, target)]
     best = [float("inf"), float("inf")]
     for _ in range(repeats):
         for i, session in enumerate(sessions):
-            base = session.length
-            t0 = time.perf_counter()
-            session.extend(torch.tensor([200]))
-            best[i] = min(best[i], time.perf_counter() - t0)
-            session.truncate(base)
+            best[i] = min(best[i], _timed_pass(session, 1))
     return best[0] / best[1]
 
 
 def measure_pass_costs(target, max_width: int = 16, repeats: int = 5, context: int = 256) -> tuple[float, ...]:
     """Relative time of one target pass over w = 1..max_width tokens (costs[w-1] / costs[0]),
     measured on a throwaway session with ``context`` cached tokens (best of ``repeats``)."""
-    import time
-
-    import torch
-
     session = target.start(list(range(100, 100 + context)))
-    base = session.length
     times = [float("inf")] * max_width
     for rep in range(repeats):  # widths interleaved, in a rotating order: load changes hit all alike
         order = list(range(1, max_width + 1))
         order = order[rep % max_width :] + order[: rep % max_width]
         for w in order:
-            ids = torch.arange(200, 200 + w)
-            t0 = time.perf_counter()
-            session.extend(ids)
-            times[w - 1] = min(times[w - 1], time.perf_counter() - t0)
-            session.truncate(base)
+            times[w - 1] = min(times[w - 1], _timed_pass(session, w))
     # A wider pass never costs less: where a narrower one measured slower, that was noise
     # (a suffix minimum keeps the cheaper, later measurement).
     for i in range(max_width - 2, -1, -1):

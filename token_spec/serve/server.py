@@ -90,10 +90,14 @@ def make_drafter_factory(method: str, target: Any, dtype: Any = None):
         lm = load_draft(target.model)
         if getattr(target, "fast", None) is not None:
             lm = fast_draft(lm, dtype if dtype is not None else target.dtype)
+
+        def model() -> ModelDrafter:
+            return ModelDrafter(lm, confidence=0.4, name="draft")
+
         if method == "draft":
-            return lambda: ModelDrafter(lm, confidence=0.4, name="draft")
+            return model
         # the lookup where it matches, the draft model (<= 4 tokens) elsewhere
-        return lambda: HybridDrafter(NgramDrafter(), ModelDrafter(lm, confidence=0.4, name="draft"))
+        return lambda: HybridDrafter(NgramDrafter(), model())
     raise ValueError(f"unknown speculative method {method!r}; choose from {SPECULATIVE_METHODS}")
 
 
