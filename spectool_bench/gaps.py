@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,17 +218,28 @@ def _run_calls(calls: Sequence[CallSpec], hashes: Sequence[str],
             return None
         q = subs[h].pop(0)
         start = q["t_submit"] - t0
-        how, declined = "real", set()
-        for t, kind, data in events:
-            at = scale_to_sim(t) - t0
-            if at > start + 1e-6 or h not in data.get("digests", ()):
-                continue
-            if kind == "decline":
-                declined.add(data.get("reason"))
-            else:
-                how = "shadow" if data.get("origin") == "statement" else "bet"
-        out.append(RunCall(start, q["t_end"] - t0, how, frozenset(declined)))
+        how, declined = how_started(events, h, lambda t: scale_to_sim(t) - t0 <= start + 1e-6)
+        out.append(RunCall(start, q["t_end"] - t0, how, declined))
     return out
+
+
+def how_started(events: Sequence[tuple], digest: str,
+                before: Callable[[float], bool]) -> tuple[str, frozenset[str]]:
+    """How the call with this prompt digest was started, from the trace events (of
+    ``EventLog``) at times ``before`` accepts: ``shadow`` (a statement launch), ``bet``
+    (a tail or lookahead bet) or ``real`` (none: the real run's own call); and the
+    reasons of the declines of its arguments."""
+    how, declined = "real", set()
+    for t, kind, data in events:
+        if kind not in ("launch", "bet", "decline") or digest not in data["digests"]:
+            continue
+        if not before(t):
+            continue
+        if kind == "decline":
+            declined.add(data["reason"])
+        else:
+            how = "shadow" if data["origin"] == "statement" else "bet"
+    return how, frozenset(declined)
 
 
 def episode_gap(calls: Sequence[Sequence[CallSpec]], oracle: Sequence[OracleTurn],
@@ -269,4 +280,4 @@ def episode_gap(calls: Sequence[Sequence[CallSpec]], oracle: Sequence[OracleTurn
 
 
 __all__ = ["CAUSES", "CLOSABLE", "UNCLOSABLE", "EventLog", "Gap", "RunCall", "attribute_turn",
-           "episode_gap", "late_start", "own_cause"]
+           "episode_gap", "how_started", "late_start", "own_cause"]

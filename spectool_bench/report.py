@@ -314,7 +314,7 @@ def _gap_lines(shape_rows: list[dict[str, Any]]) -> list[str]:
     rows = [r for r in shape_rows if "gap_s" in r]
     if not rows:
         return []
-    out = ["gap s = spec - oracle; closable s = admission declined + lookahead limit + "
+    out = ["", "gap s = spec - oracle; closable s = admission declined + lookahead limit + "
            "shadow lag; unclosable s = not yet streamed + data dependency; the rest is other",
            "dominant causes of the gap (s):"]
     for r in rows:
