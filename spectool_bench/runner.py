@@ -20,7 +20,8 @@ one shared simulated server with at most ``concurrency`` episodes in flight; its
 time is the makespan. Speed-up = baseline wall / mode wall for the same (decoding,
 concurrency, seed, repeat). The oracle bound (``spectool_bench.oracle``) is computed for
 concurrency 1 from the baseline run's recorded call works and the deterministic stream
-schedules. Scores: official OOLONG-synth scorer (Pairs questions: set F1), and the
+schedules; each spec episode at concurrency 1 also gets its gap to that bound by cause,
+read from the run's trace (``spectool_bench.gaps``). Scores: official OOLONG-synth scorer (Pairs questions: set F1), and the
 lenient variant; every output names its scorer.
 """
 
