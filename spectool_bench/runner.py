@@ -21,8 +21,9 @@ time is the makespan. Speed-up = baseline wall / mode wall for the same (decodin
 concurrency, seed, repeat). The oracle bound (``spectool_bench.oracle``) is computed for
 concurrency 1 from the baseline run's recorded call works and the deterministic stream
 schedules; each spec episode at concurrency 1 also gets its gap to that bound by cause,
-read from the run's trace (``spectool_bench.gaps``). Scores: official OOLONG-synth scorer (Pairs questions: set F1), and the
-lenient variant; every output names its scorer.
+read from the run's trace (``spectool_bench.gaps``). Scores: official OOLONG-synth
+scorer (Pairs questions: set F1), and the lenient variant; every output names its
+scorer.
 """
 
 from __future__ import annotations
