@@ -341,7 +341,8 @@ def _oracle_for(cfg: BenchConfig, ep: EpisodeSpec, decoding: str,
 
 
 def _attach_gaps(cfg: BenchConfig, workloads: dict[int, list[EpisodeSpec]],
-                 runs: list[dict[str, Any]], schedules: dict[tuple, list[OracleTurn] | None]) -> None:
+                 runs: list[dict[str, Any]],
+                 schedules: dict[tuple, list[OracleTurn] | None]) -> None:
     """Each spec episode at concurrency 1 gets ``gap`` (``spectool_bench.gaps``): its time
     minus the oracle's, by cause. Drops the trace timings the runs kept for it."""
     base = {(r["decoding"], r["seed"], r["repeat"]): r for r in runs

@@ -23,7 +23,8 @@ STREAM = StreamRecord(0, 0.0, 50, [5 * (i + 1) for i in range(10)],
 def _episode(calls, works, spec, *, events=(), chunk_times=STREAM.token_times):
     """Gap of a one-turn episode: ``calls`` (the program's), their solo ``works``, and per
     call the spec run's (prompt, submit, end); ``chunk_times``: when the run's stream
-    delivered each 5-character token; the turn ends with the last end or the stream. Times are simulated seconds from the stream's start (= the run's start)."""
+    delivered each 5-character token; the turn ends with the last end or the stream.
+    Times are simulated seconds from the stream's start (= the run's start)."""
     oracle = [oracle_turn(STREAM, calls, works, max_batch=8, alpha=0.0)]
     prompts = [p for p, _, _ in spec]
     base = [{"kind": "sub", "turn": 0, "t_submit": float(i), "prompt_hash": prompt_digest(p)}
