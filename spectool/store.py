@@ -206,9 +206,9 @@ class Store:
             self.trace.add("adopt", tool=tool.name, occurrence=occ)
             return bet
         if self.stats.dispatched >= self.max_dispatches:
-            self._decline(tool.name, "dispatch budget", origin)
+            self._decline(tool.name, "dispatch budget", origin, args)
             return None
-        klass = self._admit(tool, key, origin, duplicate=False)
+        klass = self._admit(tool, args, key, origin, duplicate=False)
         if klass is None:
             return None
         self._spec_pos[k] += 1
@@ -634,9 +634,10 @@ class Store:
         return tool, args, kwargs, key
 
     # ---------------------------------------------------------- admission, executions
-    def _admit(self, tool: Any, key: str, origin: str, duplicate: bool) -> str | None:
-        """The admission class of a launch it allows; None (traced, counted) if the
-        launch is not expected to pay (``spectool.admission``)."""
+    def _admit(self, tool: Any, args: tuple, key: str, origin: str,
+               duplicate: bool) -> str | None:
+        """The admission class of a launch it allows; None (traced with the arguments,
+        counted) if the launch is not expected to pay (``spectool.admission``)."""
         if self.admission is None:
             return "unmanaged"   # no admission: launch everything
         d = self.admission.decide(tool.name, origin, duplicate)
@@ -649,7 +650,7 @@ class Store:
         self.stats.admission_declined += 1
         self.stats.declined += 1
         self.trace.add("decline", tool=tool.name, reason="admission", origin=origin,
-                       klass=d.klass, p=round(d.p, 3), alpha=round(d.alpha, 3))
+                       args=list(args), klass=d.klass, p=round(d.p, 3), alpha=round(d.alpha, 3))
         return None
 
     def _declined_was_needed(self, tool_name: str, key: str, occ: int) -> None:
@@ -693,9 +694,12 @@ class Store:
             for run in runs:
                 self.admission.finished(run, ok)
 
-    def _decline(self, tool_name: str, reason: str, origin: str) -> None:
+    def _decline(self, tool_name: str, reason: str, origin: str,
+                 args: tuple | None = None) -> None:
+        """Count and trace a launch not made (with its arguments where they were valid)."""
         self.stats.declined += 1
-        self.trace.add("decline", tool=tool_name, reason=reason, origin=origin)
+        extra = {} if args is None else {"args": list(args)}
+        self.trace.add("decline", tool=tool_name, reason=reason, origin=origin, **extra)
         return None
 
     def _place(self, entry: Entry, k: tuple[str, str], occ: int) -> None:
@@ -709,10 +713,10 @@ class Store:
     def _bet(self, tool: Any, args: tuple, kwargs: dict, key: str,
              origin: str = "tail") -> Entry | None:
         if self.stats.dispatched >= self.max_dispatches:
-            return self._decline(tool.name, "dispatch budget", origin)
+            return self._decline(tool.name, "dispatch budget", origin, args)
         duplicate = bool(self._fifo.get((tool.name, key))) or any(
             b.tool is tool and b.key == key for b in self._bets)
-        klass = self._admit(tool, key, origin, duplicate)
+        klass = self._admit(tool, args, key, origin, duplicate)
         if klass is None:
             return None
         entry = Entry(tool, args, kwargs, key, origin, self.trace.now())

@@ -5,7 +5,8 @@ the turn started. Event kinds used by the runtime:
 
 ``chunk`` (a stream delta arrived), ``statement`` (a top-level statement closed),
 ``cell_closed``, ``stream_end``, ``launch`` (a speculation was dispatched),
-``bet`` / ``withdraw`` (tail bets), ``adopt``, ``decline``, ``claim_hit``,
+``bet`` / ``withdraw`` (tail bets), ``adopt``, ``decline`` (with ``reason`` and, where
+they were valid, the ``args`` of the launch not made), ``claim_hit``,
 ``claim_miss``, ``call`` (a non-speculatable tool call), ``evict`` (an unfinished
 speculation was cancelled), ``wasted`` (a finished speculation nobody claimed),
 ``cell_start``, ``cell_end``, ``shadow_error``, ``turn_end``.

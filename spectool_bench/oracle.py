@@ -29,6 +29,7 @@ statement to close or a cell to finish, and wastes nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .programs import CallSpec
 from .simulated import StreamRecord
@@ -36,10 +37,29 @@ from .simulated import StreamRecord
 _EPS = 1e-9
 
 
+@dataclass(frozen=True)
+class OracleTurn:
+    """The oracle's schedule of one turn, simulated seconds from the stream's start, per
+    call in execution order: ``known`` (its arguments had streamed), ``ready`` (and its
+    dependencies had finished), ``start`` (it got a server slot), ``finish``."""
+
+    time: float
+    known: tuple[float, ...]
+    ready: tuple[float, ...]
+    start: tuple[float, ...]
+    finish: tuple[float, ...]
+
+
 def oracle_turn_time(stream: StreamRecord, calls: Sequence[CallSpec], sub_works: Sequence[float],
                      *, max_batch: int, alpha: float) -> float:
     """Oracle time of one turn (see module docstring). ``sub_works``: the solo service
     times of the turn's sub-model calls, in execution order."""
+    return oracle_turn(stream, calls, sub_works, max_batch=max_batch, alpha=alpha).time
+
+
+def oracle_turn(stream: StreamRecord, calls: Sequence[CallSpec], sub_works: Sequence[float],
+                *, max_batch: int, alpha: float) -> OracleTurn:
+    """The oracle's schedule of one turn (``oracle_turn_time`` is its ``time``)."""
     n_sub = sum(1 for c in calls if c.kind == "sub")
     if n_sub != len(sub_works):
         raise ValueError(f"{n_sub} sub-calls in the program, {len(sub_works)} works recorded")
@@ -49,6 +69,7 @@ def oracle_turn_time(stream: StreamRecord, calls: Sequence[CallSpec], sub_works:
     known = [stream.char_time(c.offset) for c in calls]
     n = len(calls)
     finish: list[float | None] = [None] * n
+    ready_at, start_at = [0.0] * n, [0.0] * n
     started = [False] * n
     remaining = list(works)
     active: list[int] = []
@@ -65,8 +86,9 @@ def oracle_turn_time(stream: StreamRecord, calls: Sequence[CallSpec], sub_works:
             if started[i] or any(finish[d] is None for d in c.deps):
                 continue
             ready = max([known[i]] + [finish[d] for d in c.deps])  # type: ignore[misc]
+            ready_at[i] = ready
             if c.kind == "tool":
-                started[i], finish[i] = True, ready + works[i]
+                started[i], finish[i], start_at[i] = True, ready + works[i], ready
                 continue
             arrivals.append((ready, i))
         t_arrive = min((r for r, _ in arrivals), default=None)
@@ -88,10 +110,14 @@ def oracle_turn_time(stream: StreamRecord, calls: Sequence[CallSpec], sub_works:
                 waiting.append((r, i))
         waiting.sort()
         while waiting and len(active) < max_batch:
-            active.append(waiting.pop(0)[1])
+            i = waiting.pop(0)[1]
+            start_at[i] = t
+            active.append(i)
     if any(f is None for f in finish):
         raise ValueError("a call never became ready (dependency cycle?)")
-    return max([stream.duration] + [f for f in finish if f is not None])
+    done = tuple(f for f in finish if f is not None)
+    return OracleTurn(max((stream.duration,) + done), tuple(known), tuple(ready_at),
+                      tuple(start_at), done)
 
 
 def oracle_episode_time(streams: Sequence[StreamRecord], calls: Sequence[Sequence[CallSpec]],

@@ -13,6 +13,7 @@ import statistics
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any, Callable
 
+from .gaps import Gap
 from .programs import MIXES, SHAPES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -118,6 +119,9 @@ def summarise(cfg: BenchConfig, runs: list[dict[str, Any]],
             row["hits"] = sum(e["stats"].get("hits", 0) for e in per_mode["spec"])
             row["wasted"] = sum(e["stats"].get("wasted", 0) for e in per_mode["spec"])
             row["spec_speedup"] = b / row["spec_s"] if b and row["spec_s"] else None
+            gaps = [e["gap"] for e in per_mode["spec"] if "gap" in e]
+            if gaps and len(gaps) == len(per_mode["spec"]):
+                row.update(_gap_sum(gaps))
         if min(cfg.concurrency) == 1 and "baseline" in per_mode:
             os_ = [oracle.get((dec, e["seed"], e.get("repeat", 0), e["episode"]))
                    for e in per_mode["baseline"]]
@@ -126,6 +130,15 @@ def summarise(cfg: BenchConfig, runs: list[dict[str, Any]],
         shape_rows.append(row)
     return {"rows": rows, "shapes": shape_rows, "mixes": mix_rows(shape_rows),
             "checks": _checks(runs, rows)}
+
+
+def _gap_sum(gaps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Episodes' gaps to the oracle (``spectool_bench.gaps``) summed: gap, closable,
+    unclosable and per-cause seconds, and the dominant causes."""
+    total = Gap()
+    for g in gaps:
+        total.add(Gap(g["gap_s"], dict(g["gap_causes"])))
+    return {**total.to_dict(), "gap_dominant": [[c, v] for c, v in total.dominant()]}
 
 
 def mix_rows(shape_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -227,7 +240,9 @@ _SHAPE_COLUMNS: list[Column] = [
     ("spec", 8, ">", _num("spec_s", ".1f")), ("spec x", 8, ">", _num("spec_speedup")),
     ("oracle x", 9, ">", _num("oracle_speedup")), ("hits", 6, ">", _count("hits")),
     ("waste", 6, ">", _count("wasted")),
-    ("score", 7, ">", lambda r: _fmt(r.get("spec_score", r.get("baseline_score")), ".3f"))]
+    ("score", 7, ">", lambda r: _fmt(r.get("spec_score", r.get("baseline_score")), ".3f")),
+    ("gap s", 7, ">", _num("gap_s")), ("closable s", 11, ">", _num("closable_s")),
+    ("unclosable s", 13, ">", _num("unclosable_s"))]
 
 _MIX_COLUMNS: list[Column] = [
     ("decoding", 12, "<", _text("decoding")), ("mix", 12, "<", _text("mix")),
@@ -268,6 +283,7 @@ def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
         width = max([15] + [len(r["shape"]) + 1 for r in summary["shapes"]])  # pairs-<shape> rows are longer
         columns = [(n, width, al, c) if n == "shape" else (n, w, al, c) for n, w, al, c in _SHAPE_COLUMNS]
         lines += _table(columns, summary["shapes"])
+        lines += _gap_lines(summary["shapes"])
     if summary.get("mixes"):
         lines += ["", "per mix (the shapes' times summed; loop-heavy = "
                   + ", ".join(MIXES["loop-heavy"]) + "; batched = " + ", ".join(MIXES["batched"])
@@ -290,6 +306,21 @@ def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
                 f"{_fmt(t['pct_of_oracle'], '.0f')}% of the oracle's {_fmt(t['oracle_speedup'])}x "
                 f"(>= 90%: {_yn(t['ge_90pct_of_oracle'])})")
     return "\n".join(lines)
+
+
+def _gap_lines(shape_rows: list[dict[str, Any]]) -> list[str]:
+    """Below the per-shape table: what the columns mean and each shape's dominant
+    cause(s) of its gap, with seconds."""
+    rows = [r for r in shape_rows if "gap_s" in r]
+    if not rows:
+        return []
+    out = ["", "gap s = spec - oracle; closable s = admission declined + lookahead limit + "
+           "shadow lag; unclosable s = not yet streamed + data dependency; the rest is other",
+           "dominant causes of the gap (s):"]
+    for r in rows:
+        causes = ", ".join(f"{c} {v:.2f}" for c, v in r["gap_dominant"]) or "none"
+        out.append(f"  {r['decoding']} {r['shape']}: {causes}")
+    return out
 
 
 def _yn(v):

@@ -20,8 +20,10 @@ one shared simulated server with at most ``concurrency`` episodes in flight; its
 time is the makespan. Speed-up = baseline wall / mode wall for the same (decoding,
 concurrency, seed, repeat). The oracle bound (``spectool_bench.oracle``) is computed for
 concurrency 1 from the baseline run's recorded call works and the deterministic stream
-schedules. Scores: official OOLONG-synth scorer (Pairs questions: set F1), and the
-lenient variant; every output names its scorer.
+schedules; each spec episode at concurrency 1 also gets its gap to that bound by cause,
+read from the run's trace (``spectool_bench.gaps``). Scores: official OOLONG-synth
+scorer (Pairs questions: set F1), and the lenient variant; every output names its
+scorer.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ import anyio
 
 from .oolong import generate_window, score
 from .oolong.generator import Question, Window, kept_window
-from .oracle import oracle_episode_time
+from .gaps import EventLog, episode_gap
+from .oracle import OracleTurn, oracle_turn
 from .programs import GUIDE_TOOL_S, SHAPES, Program, build_program
 from .report import DECODINGS, MODES, label_waste, render_table, summarise
 from .simulated import (SIMULATED, DecodingModel, SimulatedRootModel, SimulatedServer,
@@ -247,8 +250,9 @@ async def _run_episode(cfg: BenchConfig, ep: EpisodeSpec, mode: str, decoding: s
         return GUIDE_TEXT
 
     extra = [labelling_guide] if ep.shape == "nonspec_dep" else []
+    events = EventLog(anyio.current_time())
     agent = spectool_agents.ReplAgent(root, sub, mode=mode, max_turns=cfg.max_turns,
-                                      tools=extra, admission=cfg.admission)
+                                      tools=extra, admission=cfg.admission, on_event=events)
     t0 = anyio.current_time()
     result = await agent.run(ep.window.context, ep.question.text)
     t1 = anyio.current_time()
@@ -281,6 +285,7 @@ async def _run_episode(cfg: BenchConfig, ep: EpisodeSpec, mode: str, decoding: s
         "finished_by": result.finished_by, "t_start": _sim(t0 - t_run0, cfg),
         "t_total": _sim(t1 - t0, cfg), "turns": turns, "stats": totals,
         "sub_calls": result.sub_calls,
+        "_events": events,  # the trace's timings, read by the gap attribution, not saved
     }
 
 
@@ -309,12 +314,14 @@ async def run_once(cfg: BenchConfig, episodes: list[EpisodeSpec], mode: str, dec
                  "t_end": None if r.t_end is None else _sim(r.t_end - t_run0, cfg)}
                 for r in server.requests + tool_latency.requests]
     return {"mode": mode, "decoding": decoding, "concurrency": concurrency, "wall": wall,
-            "episodes": results, "requests": requests, "peak_in_flight": server.peak_running}
+            "episodes": results, "requests": requests, "peak_in_flight": server.peak_running,
+            "_t0": t_run0}
 
 
 def _oracle_for(cfg: BenchConfig, ep: EpisodeSpec, decoding: str,
-                baseline_run: dict[str, Any]) -> float | None:
-    """Oracle episode time from the baseline run's recorded works (see spectool_bench.oracle)."""
+                baseline_run: dict[str, Any]) -> list[OracleTurn] | None:
+    """Oracle schedule of each turn of an episode from the baseline run's recorded works
+    (see spectool_bench.oracle); the episode's oracle time is the sum of their times."""
     if ep.program is None or not cfg.simulated:
         return None
     root = SimulatedRootModel(ep.program.turns, DecodingModel(decoding, ep.tokens_per_s),
@@ -327,10 +334,36 @@ def _oracle_for(cfg: BenchConfig, ep: EpisodeSpec, decoding: str,
             works[r["turn"]].append(r["work"])
     calls = [ep.program.calls[k] if k < len(ep.program.calls) else [] for k in range(n_turns)]
     try:
-        return oracle_episode_time([root.plan(k) for k in range(n_turns)], calls, works,
-                                   max_batch=cfg.max_batch, alpha=cfg.alpha)
+        return [oracle_turn(root.plan(k), calls[k], works[k], max_batch=cfg.max_batch,
+                            alpha=cfg.alpha) for k in range(n_turns)]
     except ValueError:
         return None
+
+
+def _attach_gaps(cfg: BenchConfig, workloads: dict[int, list[EpisodeSpec]],
+                 runs: list[dict[str, Any]],
+                 schedules: dict[tuple, list[OracleTurn] | None]) -> None:
+    """Each spec episode at concurrency 1 gets ``gap`` (``spectool_bench.gaps``): its time
+    minus the oracle's, by cause. Drops the trace timings the runs kept for it."""
+    base = {(r["decoding"], r["seed"], r["repeat"]): r for r in runs
+            if r["mode"] == "baseline" and r["concurrency"] == 1}
+    for run in runs:
+        ref = base.get((run["decoding"], run["seed"], run["repeat"]))
+        t_run0 = run.pop("_t0", 0.0)
+        for e in run["episodes"]:
+            events = e.pop("_events", None)
+            if run["mode"] != "spec" or run["concurrency"] != 1 or ref is None or events is None:
+                continue
+            oracle = schedules.get((run["decoding"], run["seed"], run["repeat"], e["episode"]))
+            ep = next(x for x in workloads[run["seed"]] if x.eid == e["episode"])
+            if oracle is None or ep.program is None:
+                continue
+            calls = [ep.program.calls[k] if k < len(ep.program.calls) else []
+                     for k in range(len(oracle))]
+            e["gap"] = episode_gap(
+                calls, oracle, [q for q in ref["requests"] if q["episode"] == e["episode"]], e,
+                [q for q in run["requests"] if q["episode"] == e["episode"]], events,
+                lambda t: _sim(t - t_run0, cfg)).to_dict()
 
 
 async def _warm_up(cfg: BenchConfig) -> None:
@@ -391,12 +424,14 @@ async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
             await aclose_litellm()
     label_waste(runs)
     loaded = await run_loaded(cfg) if cfg.simulated and cfg.loaded_alpha is not None else []
-    oracle: dict[tuple, float | None] = {}
+    schedules: dict[tuple, list[OracleTurn] | None] = {}
     for run in runs:
         if run["mode"] == "baseline" and run["concurrency"] == 1:
             for ep in workloads[run["seed"]]:
-                oracle[(run["decoding"], run["seed"], run["repeat"], ep.eid)] = _oracle_for(
+                schedules[(run["decoding"], run["seed"], run["repeat"], ep.eid)] = _oracle_for(
                     cfg, ep, run["decoding"], run)
+    oracle = {k: None if v is None else sum(o.time for o in v) for k, v in schedules.items()}
+    _attach_gaps(cfg, workloads, runs, schedules)
     for run in runs:
         for e in run["episodes"]:
             e["oracle_t"] = oracle.get((run["decoding"], run["seed"], run["repeat"], e["episode"]))

@@ -58,6 +58,11 @@ def split_tokens(text: str, max_chars: int = 6) -> list[str]:
     return out
 
 
+def prompt_digest(prompt: str) -> str:
+    """The short digest the server's records carry for a sub-model prompt."""
+    return hashlib.sha256(prompt.encode()).hexdigest()[:12]
+
+
 def _rng(*parts: object) -> random.Random:
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()
     return random.Random(int(digest[:16], 16))
@@ -360,9 +365,8 @@ class SimulatedSubModel:
     async def complete(self, prompt: str) -> str:
         self.calls += 1
         output = self.answer(prompt)
-        digest = hashlib.sha256(prompt.encode()).hexdigest()[:12]
         await self.server.serve(self.latency.work(prompt, output), episode=self.episode,
-                                turn=self.turn_of(), prompt_hash=digest)
+                                turn=self.turn_of(), prompt_hash=prompt_digest(prompt))
         return output
 
 

@@ -15,6 +15,10 @@ RUN_ROW = {"decoding": "vanilla", "concurrency": 1, "mode": "spec", "wall_s": 50
 SHAPE_ROW = {"decoding": "vanilla", "shape": "loop_blocking", "baseline_s": 13.94,
              "lazy_s": 10.1, "spec_s": 7.7, "spec_speedup": 1.8182, "hits": 5,
              "spec_score": 1.0}                      # no oracle, no "wasted" recorded
+GAP_ROW = {"decoding": "vanilla", "shape": "judge", "baseline_s": 30.0, "spec_s": 10.0,
+           "oracle_speedup": 3.2, "hits": 12, "wasted": 1, "spec_score": 0.5, "gap_s": 0.62,
+           "closable_s": 0.4, "unclosable_s": 0.1,
+           "gap_dominant": [["lookahead limit", 0.4], ["other", 0.12]]}
 MIX_ROW = {"decoding": "vanilla", "mix": "loop-heavy", "shapes": ["judge"], "baseline_s": 40.2,
            "lazy_s": 34.6, "spec_s": 28.64, "lazy_speedup": 1.162, "spec_speedup": 1.404,
            "oracle_speedup": None}
@@ -59,7 +63,7 @@ def test_every_table_row_splits_into_its_columns_values_in_heading_order():
     head, rule, rows = _table_after(lines, "decoding    shape")
     _assert_lined_up(head, rule, rows)
     assert rows[0].split() == ["vanilla", "loop_blocking", "13.9", "10.1", "7.7", "1.82", "-",
-                               "5", "0", "1.000"]
+                               "5", "0", "1.000", "-", "-", "-"]
 
     head, rule, rows = _table_after(lines, "decoding    mix")
     _assert_lined_up(head, rule, rows)
@@ -72,6 +76,17 @@ def test_every_table_row_splits_into_its_columns_values_in_heading_order():
                             "hits"]
     assert [r.split() for r in rows] == [["spec", "off", "8.4", "1.26", "12", "5", "5"],
                                          ["baseline", "on", "10.6", "1.00", "5", "-", "0"]]
+
+
+def test_shape_table_shows_the_gap_to_the_oracle_split_and_names_its_dominant_causes():
+    lines = render_table(CFG, {"rows": [], "shapes": [SHAPE_ROW, GAP_ROW]}).splitlines()
+    head, rule, rows = _table_after(lines, "decoding    shape")
+    _assert_lined_up(head, rule, rows)
+    assert head.split()[-6:] == ["gap", "s", "closable", "s", "unclosable", "s"]
+    assert rows[1].split() == ["vanilla", "judge", "30.0", "-", "10.0", "-", "3.20", "12", "1",
+                               "0.500", "0.62", "0.40", "0.10"]
+    assert "  vanilla judge: lookahead limit 0.40, other 0.12" in lines
+    assert not any(line.startswith("  vanilla loop_blocking:") for line in lines)
 
 
 def test_real_model_runs_label_times_in_seconds():

@@ -82,6 +82,26 @@ def test_oracle_defined_at_concurrency_one(report):
         assert "oracle_speedup" in shape
 
 
+def test_oolong_json_has_each_shapes_gap_to_the_oracle_by_cause(report):
+    """Per shape (spec at concurrency 1): gap = the causes' seconds summed, closable and
+    unclosable are their two groups; the trace timings behind them are not saved."""
+    from spectool_bench.gaps import CAUSES, CLOSABLE, UNCLOSABLE
+
+    _, out = report
+    data = json.loads((out / "oolong.json").read_text())
+    for row in data["summary"]["shapes"]:
+        assert set(row["gap_causes"]) == set(CAUSES)
+        assert row["gap_s"] == pytest.approx(sum(row["gap_causes"].values()))
+        assert row["closable_s"] == pytest.approx(sum(row["gap_causes"][c] for c in CLOSABLE))
+        assert row["unclosable_s"] == pytest.approx(
+            sum(row["gap_causes"][c] for c in UNCLOSABLE))
+        assert row["gap_s"] == pytest.approx(row["spec_s"] - row["baseline_s"]
+                                             / row["oracle_speedup"])
+    for run in data["runs"]:
+        assert "_t0" not in run and all("_events" not in e for e in run["episodes"])
+        assert all(("gap" in e) == (run["mode"] == "spec") for e in run["episodes"])
+
+
 def test_workload_deterministic_and_shaped():
     cfg = BenchConfig(**TINY)
     a, b = make_workload(cfg, 0), make_workload(cfg, 0)
