@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,22 @@ def test_negative_control_a_benchmark_import_is_found(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from spectool_bench.runner import main_bench\n")
     assert "spectool_bench" in imports_of(module)
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
+                         capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize("command", ["", "serve", "audit", "loadtest", "bench"])
+def test_token_spec_help_never_imports_torch(command):
+    argv = ["--help"] if not command else [command, "--help"]
+    code = ("import sys, contextlib, io\nfrom token_spec.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            f"    main({argv!r})")
+    assert "torch" not in _modules_after(code)
+
+
+def test_negative_control_a_torch_import_is_seen_by_the_help_check():
+    assert "torch" in _modules_after("import token_spec\ntoken_spec.SamplingParams")

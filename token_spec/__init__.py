@@ -13,34 +13,42 @@ target's (Leviathan et al. 2023; Chen et al. 2023)::
     async for text in decoder.stream("Write a haiku", token_spec.SamplingParams()):
         print(text, end="")
 
-The pure pieces (sampling, sampler, gamma, relaxed, rounds) import only torch; the
-model-backed names (``load_target``, the decoders, the drafters, ``load_draft``) are
-imported on first use so that ``import token_spec`` stays cheap.
+Every public name is imported on first use (the pure pieces, sampling, sampler, gamma,
+relaxed and rounds, import only torch; the model-backed ones, ``load_target``, the
+decoders, the drafters and ``load_draft``, transformers too), so ``import token_spec``
+and every ``token_spec ... --help`` stay cheap.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-try:  # the core install (pip install spectool) has no torch: say what to install
-    import torch  # noqa: E402, F401
-except ImportError as exc:  # pragma: no cover - exercised by tests/test_core_install.py
+if importlib.util.find_spec("torch") is None:  # the core install (pip install spectool) has no torch
     raise ImportError("token_spec needs the token extra: pip install 'spectool[token]' "
-                      f"(on a CPU-only machine install torch from PyTorch's CPU index first; {exc})"
-                      ) from exc
+                      "(on a CPU-only machine install torch from PyTorch's CPU index first; no module named 'torch')")
 
-from .gamma import AdaptiveGamma, CostAwareGamma, DraftGate, FixedGamma, GammaPolicy  # noqa: E402
-from .relaxed import RelaxedResult, RelaxedVerifier, verify_relaxed  # noqa: E402
-from .rounds import speculative_ids, vanilla_ids  # noqa: E402
-from .sampler import verify  # noqa: E402
-from .sampling import SamplingParams, sample, warp  # noqa: E402
-
-# name -> submodule, imported on first attribute access (PEP 562)
+# name -> submodule, imported on first attribute access (PEP 562): ``import token_spec``
+# (and so every ``--help``) never imports torch
 _LAZY = {
+    "AdaptiveGamma": "gamma",
+    "CostAwareGamma": "gamma",
+    "DraftGate": "gamma",
+    "FixedGamma": "gamma",
+    "GammaPolicy": "gamma",
+    "RelaxedResult": "relaxed",
+    "RelaxedVerifier": "relaxed",
+    "verify_relaxed": "relaxed",
+    "speculative_ids": "rounds",
+    "vanilla_ids": "rounds",
+    "verify": "sampler",
+    "SamplingParams": "sampling",
+    "sample": "sampling",
+    "warp": "sampling",
     "load_target": "target",
     "Target": "target",
     "TargetUnavailable": "target",
@@ -78,20 +86,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = [
-    "verify",
-    "warp",
-    "sample",
-    "SamplingParams",
-    "GammaPolicy",
-    "FixedGamma",
-    "AdaptiveGamma",
-    "CostAwareGamma",
-    "DraftGate",
-    "verify_relaxed",
-    "RelaxedVerifier",
-    "RelaxedResult",
-    "speculative_ids",
-    "vanilla_ids",
-    *_LAZY,
-]
+__all__ = list(_LAZY)

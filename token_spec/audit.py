@@ -43,7 +43,8 @@ def add_parser(sub) -> None:
     from .arg_types import comma_list, float_within, http_url, int_at_least
 
     p = sub.add_parser("audit", help="greedy-identity audit of two OpenAI-compatible endpoints",
-                       description=__doc__.split("\n\n")[0])
+                       description="Do two OpenAI-compatible endpoints give the same greedy output? Sends the same "
+                       "prompts to both and reports identity per domain and the first divergence.")
     p.add_argument("base_url_a", type=http_url, help="endpoint A, e.g. http://127.0.0.1:8001/v1")
     p.add_argument("base_url_b", type=http_url, help="endpoint B")
     p.add_argument("--out", default="audit-out", help="folder for audit.json and audit.png (default audit-out)")

@@ -61,7 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .bench import add_arguments
 
-    parser = OneLineErrorParser(prog="token_spec", description=__doc__.split("\n\n")[0])
+    parser = OneLineErrorParser(
+        prog="token_spec",
+        description="Lossless speculative decoding on SmolLM2-135M: benchmark the decoders, serve them over "
+                    "an OpenAI-compatible API, and audit or load-test any two endpoints.",
+        epilog="Run 'token_spec COMMAND --help' for a command's flags.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}",
                         help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

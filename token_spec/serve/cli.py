@@ -59,7 +59,8 @@ def add_serve_options(p: argparse.ArgumentParser) -> None:
 
 def add_subcommands(sub) -> None:
     s = sub.add_parser("serve", help="OpenAI-compatible speculative server with continuous batching",
-                       description=__doc__.split("\n\n")[0])
+                       description="Serve SmolLM2-135M over an OpenAI-compatible API (chat and text completions, streaming), "
+                       "with exact speculative decoding and continuous batching.")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     s.add_argument("--port", type=int_within(0, 65535), default=8000,
                    help="TCP port, 0..65535 (default 8000; 0 = any free port)")

@@ -39,7 +39,8 @@ def add_parser(sub) -> None:
     from .server import GATE_CHOICES, SPECULATIVE_METHODS, TARGET_CHOICES
 
     p = sub.add_parser("loadtest", help="throughput/latency of token_spec serve at 1, 4, 16 clients",
-                       description=__doc__.split("\n\n")[0])
+                       description="Throughput and latency of token_spec serve (and of llama.cpp's server on the same "
+                       "GGUF) under concurrent streaming clients.")
     p.add_argument("--out", required=True, help="folder for loadtest.json and loadtest.png")
     p.add_argument("--clients", type=int_list(1), default="1,4,16",
                    help="comma list of concurrency levels (default 1,4,16)")
