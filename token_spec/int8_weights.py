@@ -36,6 +36,7 @@ class Int8Linear:
         self.codes = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8).contiguous()  # [out, in]
         self.scales = scale.to(torch.bfloat16).contiguous()  # [out]
         self.out_features, self.in_features = (int(d) for d in w.shape)
+        self.native = ("int8", self.codes, self.scales)  # the op __call__ runs, for the C++ layer loop
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.aten._weight_int8pack_mm(x, self.codes, self.scales)

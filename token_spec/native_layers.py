@@ -10,7 +10,8 @@ loop (``tests/token_spec/test_native_layers.py`` compares them bitwise at every 
 KV length and weight kind, with a perturbed-epsilon negative control), and batch
 invariance, a property of the kernels, carries over unchanged. The four GEMMs per layer
 stay Python callables (dense, oneDNN, Q4_1 or int8: ``Dense``, ``Int4Linear``,
-``Int8Linear``), called back from C++. ``run_layers_packed`` is the same loop for the
+``Int8Linear``): where one names its kernel (its ``native`` attribute), C++ calls that
+ATen op directly with the same arguments, otherwise it calls the object back. ``run_layers_packed`` is the same loop for the
 server's packed pass (``token_spec.packed``): several sequences share the GEMMs, and each
 writes its own cache and attends alone, as in a one-sequence pass at its own width.
 
@@ -35,6 +36,7 @@ __all__ = ["available", "load", "build_error"]
 _SOURCE = r"""
 #include <torch/extension.h>
 #include <pybind11/pybind11.h>
+#include <string>
 #include <vector>
 
 namespace py = pybind11;
@@ -45,7 +47,19 @@ static at::Tensor rms(const at::Tensor& x, const at::Tensor& w, int64_t hidden, 
     return at::rms_norm(x.to(at::kFloat), {hidden}, w, eps).to(dt);
 }
 
+// A layer GEMM. Where the Python object names its kernel (``native``: ("q4", packed,
+// scales_zeros) or ("int8", codes, scales)), the same ATen op its
+// __call__ runs is called here with the same arguments, without a round trip through
+// Python; anything else (oneDNN, a test's wrapper) is called back.
 static at::Tensor call(const py::handle& f, const at::Tensor& x) {
+    py::object spec = py::getattr(f, "native", py::none());
+    if (!spec.is_none()) {
+        py::tuple t = spec.cast<py::tuple>();
+        const std::string kind = t[0].cast<std::string>();
+        if (kind == "q4")
+            return at::_weight_int4pack_mm_for_cpu(x, t[1].cast<at::Tensor>(), 32, t[2].cast<at::Tensor>());
+        if (kind == "int8") return at::_weight_int8pack_mm(x, t[1].cast<at::Tensor>(), t[2].cast<at::Tensor>());
+    }
     return f(x).cast<at::Tensor>();
 }
 
