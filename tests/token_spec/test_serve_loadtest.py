@@ -33,6 +33,29 @@ def test_medians_over_repeats_one_row_per_method_and_level():
     assert "none" in format_table({"rows": rows})
 
 
+def _run(method: str, repeat: int, tps: float) -> dict:
+    return {"method": method, "clients": 4, "repeat": repeat, "tokens_per_s": tps, "requests_per_s": 1.0,
+            "latency_mean_s": 1.0, "latency_p50_s": 1.0, "latency_p90_s": 1.0, "ttft_mean_s": None,
+            "mean_acceptance_length": None, "drafts": 0}
+
+
+def test_speculation_is_compared_with_none_repeat_by_repeat():
+    # none: 10, 40, 20; ngram: 11, 36, 24 -> paired ratios 1.1, 0.9, 1.2 (the medians' ratio
+    # would be 24/20 = 1.2, hiding that one repeat was slower)
+    runs = [_run("none", k, v) for k, v in enumerate((10.0, 40.0, 20.0))]
+    runs += [_run("ngram", k, v) for k, v in enumerate((11.0, 36.0, 24.0))]
+    row = next(r for r in _medians(runs) if r["method"] == "ngram")
+    assert row["vs_none"] == pytest.approx(1.1)
+    assert (row["vs_none_min"], row["vs_none_max"]) == (pytest.approx(0.9), pytest.approx(1.2))
+    table = format_table({"rows": _medians(runs)})
+    assert "1.10 (0.90..1.20)" in table
+
+
+def test_no_ratio_without_a_none_server_in_the_same_repeat():
+    runs = [_run("none", 0, 10.0), _run("ngram", 1, 12.0)]
+    assert "vs_none" not in next(r for r in _medians(runs) if r["method"] == "ngram")
+
+
 def _args(**kw):
     import argparse
 

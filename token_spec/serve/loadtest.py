@@ -271,22 +271,43 @@ def _medians(runs: list[dict]) -> list[dict]:
         tps = [r["tokens_per_s"] for r in rs]
         row["tokens_per_s_min"], row["tokens_per_s_max"] = min(tps), max(tps)  # the spread over the repeats
         row["drafts"] = sum(r["drafts"] for r in rs)
+        ratios = _vs_none(runs, m, c)
+        if ratios:  # this method's tok/s over the no-speculation server's, paired per repeat
+            row["vs_none"] = statistics.median(ratios)
+            row["vs_none_min"], row["vs_none_max"] = min(ratios), max(ratios)
         out.append(row)
     return sorted(out, key=lambda r: (r["clients"], r["method"]))
 
 
+def _vs_none(runs: list[dict], method: str, clients: int) -> list[float]:
+    """tok/s of ``method`` / tok/s of ``none`` at ``clients``, one ratio per repeat that ran
+    both (the two ran back to back in that repeat, so load hits them alike)."""
+    def by_repeat(m: str) -> dict[int, float]:
+        return {r.get("repeat", 0): r["tokens_per_s"] for r in runs if r["method"] == m and r["clients"] == clients}
+
+    base, mine = by_repeat("none"), by_repeat(method)
+    return [mine[k] / base[k] for k in sorted(base.keys() & mine.keys()) if base[k] > 0]
+
+
 def format_table(result: dict) -> str:
+    """Medians over the repeats; ``min..max`` is the spread of tok/s, ``x none`` the paired
+    tok/s ratio to the no-speculation server (median and spread over the repeats)."""
     w = max([8] + [len(r["method"]) for r in result["rows"]])  # method column: the longest name
-    head = (f"{'method':<{w}} {'clients':>7} {'tok/s':>8} {'min..max':>13} {'req/s':>7} {'lat mean':>9} "
-            f"{'lat p50':>8} {'lat p90':>8} {'ttft':>7} {'tau':>5}")
+
+    def num(value, fmt: str) -> str:
+        return "-" if value is None else format(value, fmt)
+
+    head = (f"{'method':<{w}} {'clients':>7} {'tok/s':>8} {'min..max':>13} {'x none':>17} {'per client':>10} "
+            f"{'req/s':>7} {'lat p50':>8} {'lat p99':>8} {'ttft p50':>9} {'ttft p99':>9} {'tau':>5}")
     lines = [head, "-" * len(head)]
     for r in result["rows"]:
-        tau = "-" if r["mean_acceptance_length"] is None else f"{r['mean_acceptance_length']:.2f}"
-        ttft = "-" if r["ttft_mean_s"] is None else f"{r['ttft_mean_s']:.2f}"
         spread = (f"{r['tokens_per_s_min']:.1f}..{r['tokens_per_s_max']:.1f}" if "tokens_per_s_min" in r else "-")
-        lines.append(f"{r['method']:<{w}} {r['clients']:>7} {r['tokens_per_s']:8.2f} {spread:>13} "
-                     f"{r['requests_per_s']:7.3f} {r['latency_mean_s']:9.2f} {r['latency_p50_s']:8.2f} "
-                     f"{r['latency_p90_s']:8.2f} {ttft:>7} {tau:>5}")
+        vs = (f"{r['vs_none']:.2f} ({r['vs_none_min']:.2f}..{r['vs_none_max']:.2f})" if "vs_none" in r else "-")
+        lines.append(f"{r['method']:<{w}} {r['clients']:>7} {r['tokens_per_s']:8.2f} {spread:>13} {vs:>17} "
+                     f"{num(r.get('tokens_per_s_per_client'), '.2f'):>10} {r['requests_per_s']:7.3f} "
+                     f"{r['latency_p50_s']:8.2f} {num(r.get('latency_p99_s'), '.2f'):>8} "
+                     f"{num(r.get('ttft_p50_s'), '.2f'):>9} {num(r.get('ttft_p99_s'), '.2f'):>9} "
+                     f"{num(r.get('mean_acceptance_length'), '.2f'):>5}")
     return "\n".join(lines)
 
 
