@@ -24,7 +24,7 @@ from typing import Any
 from spectool.cli import positive_float
 
 from .programs import SHAPES
-from .report import DECODINGS, MODES
+from .config import DECODINGS, MODES
 
 __all__ = ["register"]
 

@@ -50,7 +50,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from .oolong.generator import Question, Window
+from .oolong.model import Question, Window
 
 SHAPES = ("loop_blocking", "batched", "helper_loop", "judge", "nonspec_dep", "pure_python",
           "reassigned_loop", "batched_end", "helper_across_cells")

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from .gaps import Gap
 from .programs import MIXES, SHAPES
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .runner import BenchConfig
+from .config import DECODINGS, MODES  # noqa: F401 (importable from here too)
 
-MODES = ("baseline", "lazy", "spec")
-DECODINGS = ("vanilla", "speculative")
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import BenchConfig
+
 _ORDER = DECODINGS + ("real",)  # "real": root model is a real (litellm) model
 
 

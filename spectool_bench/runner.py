@@ -38,88 +38,19 @@ from typing import Any
 import anyio
 
 from .oolong import generate_window, score
-from .oolong.generator import Question, Window, kept_window
+from .oolong.generator import kept_window
+from .oolong.model import Question, Window
+from .oolong.pairs import pairs_questions
 from .gaps import EventLog, episode_gap
 from .oracle import OracleTurn, oracle_turn
 from .programs import GUIDE_TOOL_S, SHAPES, Program, build_program
-from .report import DECODINGS, MODES, label_waste, render_table, summarise
+from .config import DECODINGS, MODES, TASKS, BenchConfig  # noqa: F401 (importable from here too)
+from .report import label_waste, render_table, summarise
 from .simulated import (SIMULATED, DecodingModel, SimulatedRootModel, SimulatedServer,
                         SimulatedSubModel, SimulatedToolLatency)
 
-TASKS = ("synth", "pairs", "both")
 GUIDE_TEXT = ("Labelling guide: read each line's instance text and pick the single best "
               "label from the list; never skip a line.\n")
-
-
-@dataclass
-class BenchConfig:
-    out: Path = Path("out/oolong")
-    modes: tuple[str, ...] = MODES
-    concurrency: tuple[int, ...] = (1, 4)
-    repeats: int = 1
-    seeds: tuple[int, ...] = (0,)
-    context_tokens: tuple[int, ...] = (8192,)
-    decoding: tuple[str, ...] = DECODINGS
-    dataset: str = "trec_coarse"
-    shapes: tuple[str, ...] = SHAPES
-    time_scale: float = 0.1
-    accuracy: float = 0.95
-    max_batch: int = 8
-    alpha: float = 0.12
-    root_model: str | None = None
-    sub_model: str | None = None
-    model_kwargs: dict | None = None  # extra litellm arguments (api_base, api_key, ...)
-    max_questions: int | None = None  # real root model: questions per window (default all)
-    data: Path | None = None  # official OOLONG files instead of the generator (oolong.loader)
-    tasks: str = "synth"  # "synth" | "pairs" (the 20 OOLONG-Pairs tasks) | "both"
-    all_windows: bool = False  # keep windows the official subsample drops (< 25 questions)
-    max_turns: int = 6
-    progress: bool = True
-    plots: bool = True
-    admission: bool = True      # the runtime's cost-aware admission (spectool.admission)
-    # the loaded-server scenario: these shapes again, at concurrency 1, on a simulated
-    # server whose latency grows by ``loaded_alpha`` per extra call in flight, with
-    # admission on and off (None: skip)
-    loaded_alpha: float | None = 0.5
-    loaded_shapes: tuple[str, ...] = ("reassigned_loop",)
-
-    def validate(self) -> None:
-        bad = [m for m in self.modes if m not in MODES]
-        if bad or not self.modes:
-            raise ValueError(f"modes must be among {MODES}, got {list(self.modes)}")
-        if not self.concurrency or any(c < 1 for c in self.concurrency):
-            raise ValueError("concurrency values must be >= 1")
-        if self.repeats < 1:
-            raise ValueError("repeats must be >= 1")
-        if any(c < 1024 or c > 131072 for c in self.context_tokens) or not self.context_tokens:
-            raise ValueError("context tokens must be within 1024..131072")
-        if any(d not in DECODINGS for d in self.decoding) or not self.decoding:
-            raise ValueError(f"decoding must be among {DECODINGS}")
-        if any(s not in SHAPES for s in self.shapes) or not self.shapes:
-            raise ValueError(f"shapes must be among {SHAPES}")
-        if not self.time_scale > 0:
-            raise ValueError("time scale must be > 0")
-        if not 0 <= self.accuracy <= 1:
-            raise ValueError("accuracy must be in [0, 1]")
-        if self.tasks not in TASKS:
-            raise ValueError(f"tasks must be one of {TASKS}, got {self.tasks!r}")
-        if self.tasks != "synth" and self.data is not None:
-            raise ValueError("--tasks applies to generated windows; --data runs the file's own "
-                             "questions (OOLONG-Pairs JSON included)")
-        if self.tasks != "synth" and self.dataset != "trec_coarse":
-            raise ValueError("OOLONG-Pairs is defined over trec_coarse windows (RLM paper E.1); "
-                             f"got --dataset {self.dataset}")
-        if self.data is not None and self.root_model is None:
-            raise ValueError("--data needs --root-model: the simulated root model only writes "
-                             "programs for generated questions")
-        if self.data is not None and self.sub_model is None:
-            from .oolong.loader import check_simulated_sub_model, select_windows
-            for seed in self.seeds:
-                check_simulated_sub_model(select_windows(self.data, self.context_tokens, seed))
-
-    @property
-    def simulated(self) -> bool:
-        return self.root_model is None and self.sub_model is None
 
 
 @dataclass
@@ -163,7 +94,7 @@ def make_workload(cfg: BenchConfig, seed: int) -> list[EpisodeSpec]:
     for window in windows:
         L = window.context_tokens or cfg.context_tokens[0]
         rng = random.Random(f"workload:{cfg.dataset}:{L}:{seed}")
-        pairs = window.pairs_questions() if cfg.tasks != "synth" else []
+        pairs = pairs_questions(window) if cfg.tasks != "synth" else []
         if cfg.root_model is not None:  # a real root model writes its own programs
             synth = window.questions if cfg.tasks != "pairs" else []
             for kind, qs in (("synth", synth), ("pairs", pairs)):

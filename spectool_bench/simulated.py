@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from .oolong.generator import estimate_tokens
+from .oolong.model import estimate_tokens
 
 SIMULATED = "simulated"  # the label every output of these models carries
 

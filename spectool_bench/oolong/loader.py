@@ -28,7 +28,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from .generator import Instance, Question, Window, parse_line
+from .generator import parse_line
+from .model import Instance, Question, Window
 from .questions import PAIRS
 
 SYNTH_COLUMNS = ("context_len", "dataset", "context_window_id", "context_window_text",

@@ -20,12 +20,10 @@ from __future__ import annotations
 import datetime
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from .model import Question, Window
 from .questions import PAIRS
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .generator import Question, Window
 
 DAC = "description and abstract concept"
 ENT, HUM, NUM, LOC, ABB = "entity", "human being", "numeric value", "location", "abbreviation"
@@ -178,8 +176,6 @@ def render_pairs(pairs) -> str:
 
 def pairs_questions(window: Window) -> list[Question]:
     """The 20 tasks over every user of a trec_coarse window, with quadratic golds."""
-    from .generator import Question
-
     if set(window.labels) != set(TREC_LABELS):
         raise ValueError(f"OOLONG-Pairs is defined over trec_coarse windows (RLM paper E.1), "
                          f"not {window.dataset!r}")

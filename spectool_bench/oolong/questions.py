@@ -44,10 +44,9 @@ import datetime
 import random
 from collections import Counter, defaultdict
 from itertools import combinations
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .generator import Question, Window
+from .model import Question, Window
+
 
 LABEL = "ANSWER_TYPE.LABEL"
 USER = "ANSWER_TYPE.USER"
@@ -312,8 +311,6 @@ def store(gold: list) -> str:
 
 def make_questions(window: Window, rng: random.Random) -> list[Question]:
     """All questions of the window in official generation order (before subsampling)."""
-    from .generator import Question
-
     inst = window.instances
     counts = {lab: 0 for lab in window.labels}
     counts.update(Counter(i.label for i in inst))

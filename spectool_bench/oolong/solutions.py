@@ -11,7 +11,7 @@ cross-checks the generator's golds.
 
 from __future__ import annotations
 
-from .generator import Question
+from .model import Question
 
 _PRELUDE = (
     "MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec']\n"

@@ -5,7 +5,7 @@ import datetime
 import pytest
 
 from spectool_bench.oolong import generate_window, pairs_f1, parse_pairs
-from spectool_bench.oolong.pairs import TASKS, TEMPLATE, gold_pairs
+from spectool_bench.oolong.pairs import TASKS, TEMPLATE, gold_pairs, pairs_questions
 
 D = datetime.date
 
@@ -16,7 +16,7 @@ def window():
 
 
 def test_twenty_tasks_in_paper_wording(window):
-    qs = window.pairs_questions()
+    qs = pairs_questions(window)
     assert [q.params["task"] for q in qs] == list(range(1, 21))
     assert qs[0].text.startswith("In the above data, list all pairs of user IDs (no duplicate "
                                  "pairs, list lower ID first) where both users have at least one "
@@ -31,7 +31,7 @@ def test_twenty_tasks_in_paper_wording(window):
 
 def test_golds_are_over_all_users_and_quadratic(window):
     users = {i.user for i in window.instances}
-    qs = window.pairs_questions()
+    qs = pairs_questions(window)
     sizes = [len(parse_pairs(q.answer)) for q in qs]
     assert max(sizes) > 10 * len(users)  # quadratic, not top-8 (<= 28)
     mentioned = {u for q in qs for pair in parse_pairs(q.answer) for u in pair}
@@ -91,7 +91,7 @@ def test_date_cutoff_and_exactly_semantics():
 
 
 def test_f1_scores_the_printed_template(window):
-    q = window.pairs_questions()[0]
+    q = pairs_questions(window)[0]
     assert pairs_f1(q.answer, q.answer) == 1.0
     pairs = sorted(parse_pairs(q.answer))
     half = ", ".join(f"({b}, {a})" for a, b in pairs[: len(pairs) // 2])  # reversed order
@@ -100,7 +100,7 @@ def test_f1_scores_the_printed_template(window):
 
 def test_pairs_need_trec_labels():
     with pytest.raises(ValueError, match="trec_coarse"):
-        generate_window("spam", 8192, 0).pairs_questions()
+        pairs_questions(generate_window("spam", 8192, 0))
 
 
 def test_brute_force_check_catches_a_wrong_rule():

@@ -6,6 +6,7 @@ import pytest
 
 from spectool.cli import main
 from spectool_bench.oolong import generate_window, score
+from spectool_bench.oolong.pairs import pairs_questions
 from spectool_bench.programs import LABEL_SHAPES
 from spectool_bench.runner import BenchConfig, main_bench, make_workload
 
@@ -56,7 +57,7 @@ def test_an_imperfect_sub_model_lowers_pair_f1(tmp_path):
 
 def test_bad_pair_format_is_normalised_by_the_runner_scorer():
     w = generate_window("trec_coarse", 8192, 2)
-    q = next(q for q in w.pairs_questions() if q.answer.count("\n") >= 3)
+    q = next(q for q in pairs_questions(w) if q.answer.count("\n") >= 3)
     gold = [tuple(int(x) for x in line.strip("()").split(", ")) for line in q.answer.split("\n")]
     variants = [
         ", ".join(f"({b}, {a})" for a, b in reversed(gold)),  # higher id first, reversed

@@ -3,6 +3,7 @@
 import pytest
 
 from spectool_bench.oolong import DATASETS, generate_window, score
+from spectool_bench.oolong.pairs import pairs_questions
 from spectool_bench.oolong.solutions import solution_code
 
 
@@ -28,7 +29,7 @@ def test_all_questions_solved_on_every_dataset(name):
 
 def test_pairs_programs_reach_f1_one():
     w = generate_window("trec_coarse", 8192, 2)
-    for q in w.pairs_questions():
+    for q in pairs_questions(w):
         assert score(_run(w, q), q.answer, q.answer_type) == 1.0, q.task
 
 
