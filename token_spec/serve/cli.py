@@ -21,13 +21,9 @@ import os
 import socket
 
 from ..arg_types import float_within, int_at_least, int_within
-from .server import GATE_CHOICES, SPECULATIVE_METHODS, TARGET_CHOICES
+from .server import GATE_CHOICES, MAX_GAMMA, SPECULATIVE_METHODS, TARGET_CHOICES
 
 __all__ = ["add_subcommands", "serve_main", "add_serve_options", "MAX_GAMMA"]
-
-# Widest exact verify segment: the lean forward's padding width (``fast_forward.PAD_WIDTH``,
-# 16 rows) = the pending token + at most 15 draft tokens.
-MAX_GAMMA = 15
 
 
 def add_serve_options(p: argparse.ArgumentParser) -> None:

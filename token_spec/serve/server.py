@@ -20,11 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ServeConfig", "build", "running", "SPECULATIVE_METHODS", "TARGET_CHOICES", "GATE_CHOICES",
-           "make_drafter_factory", "load_server_target"]
+           "make_drafter_factory", "load_server_target", "MAX_GAMMA"]
 
 SPECULATIVE_METHODS = ("ngram", "suffix", "draft", "ngram+draft", "none")
 TARGET_CHOICES = ("auto", "bf16", "bf16-q4", "fp32")  # the bench's target configurations, and auto
 GATE_CHOICES = ("auto", "on", "off")
+# the most draft tokens per sequence and step (--gamma): the widest exact verify segment is
+# the lean forward's padding width (fast_forward.PAD_WIDTH, 16 rows) = the pending token + 15
+MAX_GAMMA = 15
 
 
 @dataclass
