@@ -7,6 +7,9 @@ block stays short). Blocks that load the SmolLM2 target are marked ``model`` and
 comment promises; its stderr is shown on failure. A block that appears on two pages
 (the README's tool-tier example is also on docs/tool-tier.md) runs once.
 
+Only blocks fenced ```` ```python ```` run: the signature sketches of docs/design.md
+are fenced ```` ```py ```` (highlighted the same, not runnable on their own).
+
 README.md opens with the two commands a new user needs on a fresh machine: the setup
 plus the main job, and the test command that ``.ci/run`` runs.
 """
@@ -89,9 +92,9 @@ def test_the_readme_has_its_python_examples():
 
 
 def test_the_docs_pages_have_their_python_examples():
-    """The README's examples and the docs pages' ones (the README's before the split):
-    at least the README's former four, each page's blocks distinct within the page."""
-    assert len(ALL_BLOCKS) >= 4
+    """The README's examples and the docs pages' ones: the twelve examples, each page's
+    blocks distinct within the page."""
+    assert len(ALL_BLOCKS) >= 12
     for path in PAGES:
         blocks = page_blocks(path)
         assert len({code for _, code in blocks}) == len(blocks), path
