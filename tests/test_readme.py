@@ -73,17 +73,31 @@ BLOCKS = readme_blocks()
 ALL_BLOCKS = all_blocks()
 
 
-def test_the_readme_opens_with_the_setup_and_test_commands():
-    """The first code block of README.md is the setup-and-main-job line, then the test
-    command, exactly as ``.ci/run`` runs them."""
-    text = (ROOT / "README.md").read_text()
+def check_opens_with_the_two_commands(text: str) -> None:
+    """The first code block is the setup-and-main-job line, then the test command,
+    before any section."""
     first = re.search(r"^```bash\n(.*?)^```", text, re.DOTALL | re.MULTILINE)
-    assert first, "README.md has no bash block"
+    assert first, "no bash block"
     assert text.index(first.group(0)) < text.index("\n## "), "the commands come before any section"
     commands = [line.split("#", 1)[0].strip() for line in first.group(1).splitlines()]
     assert commands == [SETUP_AND_MAIN_JOB, TEST_COMMAND]
+
+
+def test_the_readme_opens_with_the_setup_and_test_commands():
+    """README.md opens with the two commands, exactly as ``.ci/run`` runs them."""
+    check_opens_with_the_two_commands((ROOT / "README.md").read_text())
     ci = (ROOT / ".ci" / "run").read_text()
     assert "bash scripts/setup.sh" in ci and TEST_COMMAND in ci
+
+
+def test_negative_control_a_readme_opening_otherwise_fails():
+    """Control: a README whose first block runs another command, or that puts a section
+    before the commands, fails the check above."""
+    text = (ROOT / "README.md").read_text()
+    with pytest.raises(AssertionError):
+        check_opens_with_the_two_commands(text.replace(TEST_COMMAND, "pytest", 1))
+    with pytest.raises(AssertionError):
+        check_opens_with_the_two_commands("# spectool\n\n## Install\n\n" + text.split("\n", 1)[1])
 
 
 def test_the_readme_has_its_python_examples():
