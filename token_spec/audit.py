@@ -299,7 +299,7 @@ def render_table(result: dict):
 
 
 def format_markdown(result: dict) -> str:
-    """The domain table as GitHub markdown (for the README)."""
+    """The domain table as GitHub markdown (for the docs)."""
     la, lb = result["a"]["label"], result["b"]["label"]
     lines = [f"| domain | identical | mean divergence pos | tok/s {la} | tok/s {lb} | τ {la} | τ {lb} |",
              "|---|---|---|---|---|---|---|"]

@@ -3,15 +3,16 @@
 At SmolLM2-135M's size a decode step on one CPU thread is mostly dispatch: ~40 small
 PyTorch ops per layer (norms, RoPE, cache writes, attention, residuals) x 30 layers, each
 paying Python's per-op overhead, against only four GEMMs per layer that do real work
-(README, "Where the time of one step goes"). ``run_layers`` runs the whole layer loop in
-one C++ call. It issues **the same ATen ops, with the same arguments, in the same order**
-as ``FastLlama.forward``'s Python loop, so its results are bitwise those of the Python
-loop (``tests/token_spec/test_native_layers.py`` compares them bitwise at every width,
-KV length and weight kind, with a perturbed-epsilon negative control), and batch
-invariance, a property of the kernels, carries over unchanged. The four GEMMs per layer
-stay Python callables (dense, oneDNN, Q4_1 or int8: ``Dense``, ``Int4Linear``,
-``Int8Linear``): where one names its kernel (its ``native`` attribute), C++ calls that
-ATen op directly with the same arguments, otherwise it calls the object back. ``run_layers_packed`` is the same loop for the
+(docs/token-tier-benchmark.md, "Where the time of one step goes"). ``run_layers`` runs
+the whole layer loop in one C++ call. It issues **the same ATen ops, with the same
+arguments, in the same order** as ``FastLlama.forward``'s Python loop, so its results are
+bitwise those of the Python loop (``tests/token_spec/test_native_layers.py`` compares
+them bitwise at every width, KV length and weight kind, with a perturbed-epsilon
+negative control), and batch invariance, a property of the kernels, carries over
+unchanged. The four GEMMs per layer stay Python callables (dense, oneDNN, Q4_1 or int8:
+``Dense``, ``Int4Linear``, ``Int8Linear``): where one names its kernel (its ``native``
+attribute), C++ calls that ATen op directly with the same arguments, otherwise it calls
+the object back. ``run_layers_packed`` is the same loop for the
 server's packed pass (``token_spec.packed``): several sequences share the GEMMs, and each
 writes its own cache and attends alone, as in a one-sequence pass at its own width.
 

@@ -1,5 +1,5 @@
 """OOLONG long-context aggregation benchmark, offline: generator, questions, scorers,
-OOLONG-Pairs and a loader for the official data files (see the README's OOLONG section)."""
+OOLONG-Pairs and a loader for the official data files (see docs/oolong.md)."""
 
 from .generator import (CHARS_PER_TOKEN, CONTEXT_SIZES, Instance, Question, Window,
                         estimate_tokens, generate_window, parse_line)

@@ -1,6 +1,6 @@
 """Window statistics of the generator next to the official construction's.
 
-``python -m spectool_bench.oolong.stats [--windows N]`` prints the two README tables.
+``python -m spectool_bench.oolong.stats [--windows N]`` prints the two tables of docs/oolong.md.
 
 **Windows** (8K / 32K / 128K). Generator side: ``generate_window`` over seeds
 ``0..N-1`` (N/4 at 128K). Official side: a separate, direct simulation of the official

@@ -1,7 +1,7 @@
-"""The README's wrapping examples: their loop functions, under asyncio and trio.
+"""The wrapping examples of docs/agents.md: their loop functions, under asyncio and trio.
 
 ``tests/test_readme.py`` runs each block as printed (asyncio); here the loop
-functions of the blocks are taken with the README's stand-in tool table and demo
+functions of the blocks are taken with the page's stand-in tool table and demo
 lines left out, given a recording table, and driven under both backends.
 """
 
@@ -14,8 +14,8 @@ import pytest
 from spectool_agents import ScriptedModel, tee, tools_from_table
 from pathlib import Path
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-SECTION = README.split("## Put the runtime under your own agent loop", 1)[1].split("\n## ", 1)[0]
+PAGE = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()
+SECTION = PAGE.split("## Put the runtime under your own agent loop", 1)[1].split("\n## ", 1)[0]
 BLOCKS = re.findall(r"^```python\n(.*?)^```[ \t]*$", SECTION, re.DOTALL | re.MULTILINE)
 
 
@@ -43,7 +43,7 @@ def loop_part(block: str) -> str:
 
 def load(block: str, my_tools: dict) -> dict:
     namespace = {"my_tools": my_tools}
-    exec(compile(loop_part(block), "<README>", "exec"), namespace)
+    exec(compile(loop_part(block), "<docs/agents.md>", "exec"), namespace)
     return namespace
 
 

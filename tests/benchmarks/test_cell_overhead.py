@@ -24,7 +24,7 @@ def test_summarise_pairs_each_turn_with_the_baseline_turn_it_ran_beside():
     assert "| c | spec (thread shadow) |" in cell_overhead.render(data)
 
 
-def test_the_readme_table_is_the_rendered_data_file():
+def test_the_results_page_table_is_the_rendered_data_file():
     data = json.loads(DATA.read_text())
     assert data["command"].startswith("python -m spectool_bench.cell_overhead")
-    assert cell_overhead.render(data) in (ROOT / "README.md").read_text()
+    assert cell_overhead.render(data) in (ROOT / "docs" / "results.md").read_text()

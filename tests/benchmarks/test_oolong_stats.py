@@ -1,4 +1,4 @@
-"""``python -m spectool_bench.oolong.stats``: both README tables, on a few windows."""
+"""``python -m spectool_bench.oolong.stats``: both tables of docs/oolong.md, on a few windows."""
 
 import pytest
 

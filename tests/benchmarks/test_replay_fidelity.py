@@ -1,4 +1,4 @@
-"""The replay-fidelity benchmark: its README table is rendered from its data file, and
+"""The replay-fidelity benchmark: its results-page table is rendered from its data file, and
 a run compares a three-mode replay with a direct two-mode one."""
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from spectool_bench import replay_fidelity
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_readme_table_is_the_rendered_data_file():
+def test_the_results_page_table_is_the_rendered_data_file():
     data = json.loads(replay_fidelity.DATA.read_text())
-    assert replay_fidelity.render(data) in (ROOT / "README.md").read_text()
+    assert replay_fidelity.render(data) in (ROOT / "docs" / "results.md").read_text()
     assert data["command"].startswith("python -m spectool_bench.replay_fidelity run")
 
 
-def test_negative_control_an_edited_figure_no_longer_renders_into_the_readme():
+def test_negative_control_an_edited_figure_no_longer_renders_into_the_results_page():
     data = json.loads(replay_fidelity.DATA.read_text())
     data["logs"][0]["three_mode_spec_x"] += 0.5
-    assert replay_fidelity.render(data) not in (ROOT / "README.md").read_text()
+    assert replay_fidelity.render(data) not in (ROOT / "docs" / "results.md").read_text()
 
 
 def test_a_run_replays_every_log_three_mode_and_two_mode(tmp_path):

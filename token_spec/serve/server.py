@@ -5,7 +5,7 @@ acceptance, attention, rows per pass). ``build(config, target)`` returns the Sta
 app around a fresh ``BatchEngine`` over ``PackedLM(target.fast)`` (the lean forward,
 ``token_spec.packed``); ``running(app)`` serves it on an
 ephemeral 127.0.0.1 port in a background thread for the duration of a ``with`` block
-(tests, the load test and the audit's README runs), and shuts uvicorn down cleanly.
+(tests, the load test and the audit's documented runs), and shuts uvicorn down cleanly.
 """
 
 from __future__ import annotations
