@@ -49,7 +49,7 @@ from .copying import PlainCopier
 from .scope import Scope
 from .tail import PEEK_MAX_SECONDS, PEEK_MAX_STEPS
 from .values import TailBet, Touched, Unknown
-from .staleness import reset_peek
+from .peeking import peeking
 
 if TYPE_CHECKING:
     from .interpreter import ShadowInterpreter
@@ -160,25 +160,9 @@ def _remaining(iterable: object, consumed: int, limit: int) -> list:
 
 
 def _peek(interp: "ShadowInterpreter", frames: list[LoopFrame]) -> list[TailBet]:
-    saved = (interp._steps, interp._next_check, interp._alloc, interp._seconds, interp._resumed,
-             interp._max_steps, interp._max_seconds, interp._depth, interp._nowait,
-             interp._module, interp._handling, interp._peek_iterations, interp._deleted,
-             interp._rebound_all)
-    bets: list[TailBet] = []
-    interp._peek = True
-    interp._bets = bets
-    interp._peek_counts = {}
-    interp._fresh = set()
-    interp._fresh_keep = []
-    reset_peek(interp)
-    interp._peek_iterations = 0
-    interp._module = Scope("module", dict(interp._globals))  # copy-on-write globals
-    interp._handling = list(interp._handling)
-    interp._deleted = set(interp._deleted)   # a del in the peek changes only its copy
-    interp._peek_known = _known_result(interp)
-    interp._reset_budget(PEEK_MAX_STEPS, PEEK_MAX_SECONDS)
     limit = interp._limits.max_tail_iterations
-    try:
+    with peeking(interp, PEEK_MAX_STEPS, PEEK_MAX_SECONDS, handling=list(interp._handling),
+                 known=_known_result(interp)) as bets:
         for frame in reversed(frames):  # innermost first: its iterations come soonest
             try:
                 items = _remaining(frame.iterable, frame.consumed, limit)
@@ -188,17 +172,6 @@ def _peek(interp: "ShadowInterpreter", frames: list[LoopFrame]) -> list[TailBet]
                 break
             if not _run_iterations(interp, frame.node, items, limit):
                 break
-    finally:
-        reset_peek(interp)
-        interp._peek = False
-        interp._peek_known = None
-        interp._bets = None
-        interp._fresh = set()
-        interp._fresh_keep = []
-        (interp._steps, interp._next_check, interp._alloc, interp._seconds, interp._resumed,
-         interp._max_steps, interp._max_seconds, interp._depth, interp._nowait,
-         interp._module, interp._handling, interp._peek_iterations, interp._deleted,
-         interp._rebound_all) = saved
     return bets
 
 

@@ -38,8 +38,8 @@ from .internals import (
     _Break, _Continue, _PeekDone, _Return, _Uncertain, _UnknownValue, _UserError, _WouldWait,
 )
 from .limits import LimitExceeded, ShadowDeclined
-from .staleness import reset_peek
-from .scope import Scope, ShadowFunction
+from .peeking import peeking
+from .scope import ShadowFunction
 from .values import TailBet, Touched, Unknown
 from .._parse import parse as parse_ast
 
@@ -369,43 +369,18 @@ def _peek_ahead(interp: "ShadowInterpreter", statements: list[str], tail: str,
 def _evaluate(interp: "ShadowInterpreter", tree: ast.Module,
               unknown: frozenset[str] = frozenset()) -> list[TailBet]:
 
-    saved = (interp._steps, interp._next_check, interp._alloc, interp._seconds, interp._resumed,
-             interp._max_steps, interp._max_seconds, interp._depth, interp._nowait,
-             interp._module, interp._handling, interp._deleted, interp._rebound_all)
-    bets: list[TailBet] = []
-    interp._peek = True
-    interp._bets = bets
-    interp._peek_counts = {}
-    interp._fresh = set()
-    interp._fresh_keep = []
-    reset_peek(interp)
-    interp._peek_iterations = 0
-    # copy-on-write view of the globals: a shallow copy (mutation of shared objects is
-    # refused in peek mode; rebinding a name only changes the copy)
-    interp._module = Scope("module", dict(interp._globals))
-    for name in unknown:
-        interp._module.vars[name] = Unknown("written by a statement still running")
-    interp._handling = []
-    interp._deleted = set(interp._deleted)   # a del in the peek changes only its copy
-    interp._reset_budget(PEEK_MAX_STEPS, PEEK_MAX_SECONDS)
-    try:
-        interp._check_rebinding(tree)
-        gen = interp._exec_block(tree.body, interp._module)
+    with peeking(interp, PEEK_MAX_STEPS, PEEK_MAX_SECONDS, handling=[]) as bets:
+        for name in unknown:
+            interp._module.vars[name] = Unknown("written by a statement still running")
         try:
-            next(gen)
-            gen.close()  # peek mode never waits; stop if it ever tried
-        except StopIteration:
+            interp._check_rebinding(tree)
+            gen = interp._exec_block(tree.body, interp._module)
+            try:
+                next(gen)
+                gen.close()  # peek mode never waits; stop if it ever tried
+            except StopIteration:
+                pass
+        except (_UserError, _Uncertain, _PeekDone, _Break, _Continue, _Return, _UnknownValue,
+                _WouldWait, ShadowDeclined, LimitExceeded, Touched, RecursionError, MemoryError):
             pass
-    except (_UserError, _Uncertain, _PeekDone, _Break, _Continue, _Return, _UnknownValue,
-            _WouldWait, ShadowDeclined, LimitExceeded, Touched, RecursionError, MemoryError):
-        pass
-    finally:
-        reset_peek(interp)
-        interp._peek = False
-        interp._bets = None
-        interp._fresh = set()
-        interp._fresh_keep = []
-        (interp._steps, interp._next_check, interp._alloc, interp._seconds, interp._resumed,
-         interp._max_steps, interp._max_seconds, interp._depth, interp._nowait,
-         interp._module, interp._handling, interp._deleted, interp._rebound_all) = saved
     return bets
