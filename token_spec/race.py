@@ -211,18 +211,26 @@ def _arrived(lane: dict, t: float) -> int:
     return bisect.bisect_right(lane["token_s"], t)
 
 
-def _frame(race: dict, t: float, bar: int = 24):
+def _verdict(lane: dict) -> str:
+    first = lane["first_divergence"]
+    return lane["verdict"] + ("" if first is None else f", at token {first}")
+
+
+def _frame(race: dict, t: float, width: int = 120, bar: int = 20):
     from rich.table import Table
     from rich.text import Text
 
     done = t >= max((lane["seconds"] for lane in race["lanes"]), default=0.0)
     table = Table(title=f"race: {race['model']} {race['target']}, replayed at measured timing  t = {t:5.2f} s",
                   caption="lanes decoded one after another; each advances here at its own measured timestamps",
-                  expand=True)
-    for col, kw in (("lane", {"no_wrap": True}), ("progress", {"no_wrap": True}), ("tokens", {"justify": "right"}),
-                    ("tok/s", {"justify": "right"}), ("τ", {"justify": "right"}), ("identical", {}),
-                    ("text", {"overflow": "ellipsis", "no_wrap": True, "ratio": 1})):
-        table.add_column(col, **kw)
+                  )
+    name_w = max(len(lane["name"]) for lane in race["lanes"])
+    verdict_w = max(9, *(len(_verdict(lane)) for lane in race["lanes"]))
+    # what the other columns leave (7 columns: 8 borders, 2 spaces of padding each)
+    room = max(12, width - (name_w + bar + 6 + 6 + 4 + verdict_w) - 8 - 14)
+    for col, w in (("lane", name_w), ("progress", bar), ("tokens", 6), ("tok/s", 6), ("τ", 4),
+                   ("identical", verdict_w), ("text so far", room)):
+        table.add_column(col, width=w, no_wrap=True, justify="right" if w in (6, 4) and col != "lane" else "left")
     for lane in race["lanes"]:
         k = _arrived(lane, t)
         filled = round(bar * k / race["max_tokens"])
@@ -230,8 +238,8 @@ def _frame(race: dict, t: float, bar: int = 24):
         text = "".join(lane["pieces"][:k]).replace("\n", " ")
         table.add_row(lane["name"], Text("█" * filled + "·" * (bar - filled), style="green" if finished else "cyan"),
                       str(k), _fmt(lane["tokens_per_s"], ".1f") if finished else "",
-                      _fmt(lane["tau"], ".2f") if finished else "", lane["verdict"] if done else "",
-                      Text(text[-80:]))
+                      _fmt(lane["tau"], ".2f") if finished else "", _verdict(lane) if done else "",
+                      Text(text if len(text) <= room else "…" + text[-(room - 1):]))
     return table
 
 
@@ -251,10 +259,10 @@ def replay(race: dict, console=None, live: bool = True, fps: float = 20.0) -> No
         return
     end = max((lane["seconds"] for lane in race["lanes"]), default=0.0)
     start = time.perf_counter()
-    with Live(_frame(race, 0.0), console=console, auto_refresh=False) as view:
+    with Live(_frame(race, 0.0, console.width), console=console, auto_refresh=False) as view:
         while True:
             t = min(time.perf_counter() - start, end)
-            view.update(_frame(race, t), refresh=True)
+            view.update(_frame(race, t, console.width), refresh=True)
             if t >= end:
                 break
             time.sleep(1.0 / fps)
