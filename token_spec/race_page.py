@@ -27,7 +27,7 @@ th{background:#f0f0f0;text-align:left} td.n{text-align:right;font-variant-numeri
 .name{font-weight:bold} .clock{font-variant-numeric:tabular-nums;color:#555;font-size:.9em}
 .bar{height:6px;background:#eee;margin:.2em 0} .fill{height:6px;background:#2a7;width:0}
 .text{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:12.5px;min-height:2.6em}
-.r0{background:#e3f1ff} .r1{background:#ffeccc} #controls button{margin-right:.4em}
+.r0{background:#e3f1ff} .r1{background:#ffeccc} .diverge{outline:2px solid #c00} #controls button{margin-right:.4em}
 """
 
 _JS = """
@@ -40,9 +40,15 @@ function draw(t) {
     const box = document.getElementById('text-' + i);
     box.textContent = '';
     let prev = null, shade = 0, span = null;
+    const first = lane.first_divergence;
     for (let j = 0; j < k; j++) {
-      if (lane.token_s[j] !== prev) { shade ^= 1; prev = lane.token_s[j];
-        span = document.createElement('span'); span.className = 'r' + shade; box.appendChild(span); }
+      const fresh = lane.token_s[j] !== prev;
+      if (fresh) { shade ^= 1; prev = lane.token_s[j]; }
+      if (fresh || j === first || j === first + 1) {
+        span = document.createElement('span');
+        span.className = 'r' + shade + (j === first ? ' diverge' : '');
+        box.appendChild(span);
+      }
       span.textContent += lane.pieces[j];
     }
     document.getElementById('fill-' + i).style.width = (100 * k / race.max_tokens) + '%';
@@ -100,7 +106,8 @@ def render_html(race: dict) -> str:
 <p class="meta">Prompt: <b>{e(race["prompt"])}</b> ({race["prompt_tokens"]} tokens with the chat template)</p>
 <p class="meta">Lanes were decoded one after another on {env.get("cpus", "?")} CPUs (torch {e(str(env.get("torch")))},
 threads {race["threads"] or "default"}); this page replays them on one clock at their measured per-token timestamps
-(prefill included). A shaded block is one target pass's tokens.</p>
+(prefill included). A shaded block is one target pass's tokens; a red box marks a lane's first token that differs
+from our vanilla.</p>
 <div id="controls">t = <span id="t">{max(lane["seconds"] for lane in race["lanes"]):.2f}</span> s &nbsp;
 <button data-speed="1">replay 1x</button><button data-speed="0.25">replay 0.25x</button></div>
 {"".join(lanes)}
@@ -122,17 +129,17 @@ def render_png(race: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.8))
-    for lane in race["lanes"]:
+    fig, ax = plt.subplots(figsize=(11.5, 4.8))
+    for i, lane in enumerate(race["lanes"]):
         ts = [0.0] + list(lane["token_s"])
-        ax.step(ts, range(len(ts)), where="post",
+        ax.step(ts, range(len(ts)), where="post", color=plt.cm.tab10(i % 10), linestyle=("-", "--", ":")[i // 10 % 3],
                 label=f"{lane['name']}: {_num(lane['tokens_per_s'], '.1f')} tok/s, τ {_num(lane['tau'], '.2f')}, "
                       f"identical: {lane['verdict']}")
     ax.set_xlabel("seconds since the lane's decode started (prefill included)")
     ax.set_ylabel("tokens emitted")
     ax.set_title(f"Decoding race: {race['model']} ({race['target']}), greedy, one prompt\n"
                  "lanes measured one after another, drawn on one clock", fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -72,6 +72,35 @@ def test_the_page_is_self_contained_and_carries_the_race_data():
         assert name in _row(page, name)
 
 
+def test_the_page_replays_every_lane_to_its_text_at_its_own_pace(tmp_path):
+    """The page's script, run in node over a stand-in DOM: each lane's text grows one
+    pass at a time and ends as its decoded text; the divergent token is boxed."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    race = _made_up_race()
+    race["lanes"][1]["tokens"][3] = 15
+    race = score(race)
+    page = tmp_path / "race.html"
+    page.write_text(render_html(race))
+    harness = Path(__file__).with_name("race_page_replay.js")
+    run = subprocess.run([node, str(harness), str(page)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    shown = json.loads(run.stdout)
+    assert shown["t"] == "0.20" and shown["texts"] == ["A b c."] * 3 and shown["widths"] == ["100%"] * 3
+    assert shown["blocks"][0] == ["r1", "r0", "r1", "r0"]          # vanilla: one token per pass
+    assert shown["blocks"][1] == ["r1", "r0", "r0 diverge"]        # ngram: two per pass, token 3 differs
+    assert shown["blocks"][2] == ["r1", "r0", "r1 diverge", "r0"]  # llama.cpp: token 2 differs
+    # 10 ms frames: at 70 ms ngram shows its first pass (2 tokens), vanilla 1, llama.cpp 3
+    assert shown["lengths"][7] == [1, 3, 5]
+    for before, after in zip(shown["lengths"], shown["lengths"][1:]):
+        assert all(b <= a for b, a in zip(before, after))
+
+
 def test_outside_a_terminal_each_lane_is_one_summary_line():
     from rich.console import Console
 
