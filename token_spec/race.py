@@ -211,35 +211,47 @@ def _arrived(lane: dict, t: float) -> int:
     return bisect.bisect_right(lane["token_s"], t)
 
 
-def _verdict(lane: dict) -> str:
+def _verdict(lane: dict, short: bool = False) -> str:
     first = lane["first_divergence"]
+    if short:
+        return lane["verdict"].split(" ")[0] + ("" if first is None else f"@{first}")
     return lane["verdict"] + ("" if first is None else f", at token {first}")
 
 
-def _frame(race: dict, t: float, width: int = 120, bar: int = 20):
+def _frame(race: dict, t: float, width: int = 120):
+    """The table at replay time ``t``, fitted to ``width`` columns: on a narrow terminal
+    the verdicts shorten ("n/a@33") and then the text column goes."""
+    from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    done = t >= max((lane["seconds"] for lane in race["lanes"]), default=0.0)
-    table = Table(title=f"race: {race['model']} {race['target']}, replayed at measured timing  t = {t:5.2f} s",
-                  caption="lanes decoded one after another; each advances here at its own measured timestamps",
-                  )
-    name_w = max(len(lane["name"]) for lane in race["lanes"])
-    verdict_w = max(9, *(len(_verdict(lane)) for lane in race["lanes"]))
-    # what the other columns leave (7 columns: 8 borders, 2 spaces of padding each)
-    room = max(12, width - (name_w + bar + 6 + 6 + 4 + verdict_w) - 8 - 14)
-    for col, w in (("lane", name_w), ("progress", bar), ("tokens", 6), ("tok/s", 6), ("τ", 4),
-                   ("identical", verdict_w), ("text so far", room)):
-        table.add_column(col, width=w, no_wrap=True, justify="right" if w in (6, 4) and col != "lane" else "left")
-    for lane in race["lanes"]:
+    lanes = race["lanes"]
+    done = t >= max((lane["seconds"] for lane in lanes), default=0.0)
+    bar = max(8, min(20, width // 7))
+    name_w = max(len(lane["name"]) for lane in lanes)
+    # lane, progress, tokens, tok/s, τ; and per column 1 space of padding each side and a separator, + 1 edge
+    fixed = name_w + bar + 4 + 6 + 4 + 7 * 3 + 1
+    short = width - fixed - max(9, *(len(_verdict(lane)) for lane in lanes)) < 24
+    verdict_w = max(9, *(len(_verdict(lane, short)) for lane in lanes))
+    room = width - fixed - verdict_w
+    table = Table(title=f"{race['model']} {race['target']}: replay at measured timing, t = {t:5.2f} s",
+                  caption="lanes were decoded one after another; each advances at its own measured timestamps",
+                  box=box.SIMPLE_HEAD)
+    columns = [("lane", name_w, "left"), ("progress", bar, "left"), ("tok", 4, "right"), ("tok/s", 6, "right"),
+               ("τ", 4, "right"), ("identical", verdict_w, "left")] + ([("text so far", room, "left")] if room >= 10 else [])
+    for col, w, justify in columns:
+        table.add_column(col, width=w, no_wrap=True, justify=justify)
+    for lane in lanes:
         k = _arrived(lane, t)
         filled = round(bar * k / race["max_tokens"])
         finished = k == len(lane["tokens"])
-        text = "".join(lane["pieces"][:k]).replace("\n", " ")
-        table.add_row(lane["name"], Text("█" * filled + "·" * (bar - filled), style="green" if finished else "cyan"),
-                      str(k), _fmt(lane["tokens_per_s"], ".1f") if finished else "",
-                      _fmt(lane["tau"], ".2f") if finished else "", _verdict(lane) if done else "",
-                      Text(text if len(text) <= room else "…" + text[-(room - 1):]))
+        cells = [lane["name"], Text("█" * filled + "·" * (bar - filled), style="green" if finished else "cyan"),
+                 str(k), _fmt(lane["tokens_per_s"], ".1f") if finished else "",
+                 _fmt(lane["tau"], ".2f") if finished else "", _verdict(lane, short) if done else ""]
+        if room >= 10:
+            text = "".join(lane["pieces"][:k]).replace("\n", " ")
+            cells.append(Text(text if len(text) <= room else "…" + text[-(room - 1):]))
+        table.add_row(*cells)
     return table
 
 

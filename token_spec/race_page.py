@@ -73,6 +73,11 @@ def _num(x, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _load(env: dict) -> str:
+    load = env.get("load_average")
+    return "-" if not load else " / ".join(f"{x:.1f}" for x in load)
+
+
 def _verdict(lane: dict) -> str:
     cls = {"yes": "yes", "no": "no"}.get(lane["verdict"], "na")
     return f'<td class="{cls}">{html.escape(lane["verdict"])}</td>'
@@ -105,7 +110,7 @@ def render_html(race: dict) -> str:
 <h1>Decoding race: {e(race["model"])} ({e(race["target"])}), greedy, {race["max_tokens"]} tokens at most</h1>
 <p class="meta">Prompt: <b>{e(race["prompt"])}</b> ({race["prompt_tokens"]} tokens with the chat template)</p>
 <p class="meta">Lanes were decoded one after another on {env.get("cpus", "?")} CPUs (torch {e(str(env.get("torch")))},
-threads {race["threads"] or "default"}); this page replays them on one clock at their measured per-token timestamps
+threads {race["threads"] or "default"}, load average {_load(env)} at the end); this page replays them on one clock at their measured per-token timestamps
 (prefill included). A shaded block is one target pass's tokens; a red box marks a lane's first token that differs
 from our vanilla.</p>
 <div id="controls">t = <span id="t">{max(lane["seconds"] for lane in race["lanes"]):.2f}</span> s &nbsp;
