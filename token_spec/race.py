@@ -285,7 +285,7 @@ def main_race(args, argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     race = score(run_race(args))
-    race["command"] = "token_spec " + " ".join(argv) if argv is not None else None
+    race["command"] = "token_spec " + " ".join(argv if argv is not None else sys.argv[1:])
     out.mkdir(parents=True, exist_ok=True)
     (out / "race.json").write_text(json.dumps(race, indent=1, ensure_ascii=False))
     (out / "race.html").write_text(render_html(race), encoding="utf-8")
