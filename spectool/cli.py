@@ -205,17 +205,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_interruptible(label: str, out: str | os.PathLike | None, run: Callable[[], int]) -> int:
-    """``run()``; on Ctrl-C print ``<label>: interrupted``, remove ``out`` if it did not
-    exist before and is still empty, and return 130."""
+    """``run()``; on Ctrl-C print ``<label>: interrupted`` and return 130. Whenever it
+    does not return normally, an ``out`` folder that did not exist before and is still
+    empty is removed."""
     fresh_out = out is not None and not Path(out).exists()
     try:
         return run()
-    except KeyboardInterrupt:
+    except BaseException as exc:
         if fresh_out:
             try:
                 Path(out).rmdir()          # only if empty: nothing written is lost
             except OSError:
                 pass
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
         print(f"{label}: interrupted", file=sys.stderr)
         return 130
 

