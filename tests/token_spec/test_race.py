@@ -123,6 +123,19 @@ def test_the_live_replay_lasts_as_long_as_the_slowest_lane_took():
     assert "n/a (other engine)" in buf.getvalue() and "1.00" in buf.getvalue()
 
 
+def test_by_default_every_drafter_the_bench_knows_races():
+    import argparse
+
+    from token_spec.bench import KNOWN_DRAFTERS
+    from token_spec.race import _bench_args
+
+    args = argparse.Namespace(out="x", drafters=None, max_tokens=8, threads=0)
+    assert _bench_args(args, "fp32").drafters.split(",") == list(KNOWN_DRAFTERS)
+    args.drafters = "ngram,draft:2"
+    settings = _bench_args(args, "fp32")
+    assert settings.drafters == "ngram,draft:2" and settings.targets == "fp32" and settings.no_hf
+
+
 @pytest.fixture
 def no_model(monkeypatch):
     def refuse(*args, **kwargs):
