@@ -14,33 +14,43 @@ target's (Leviathan et al. 2023; Chen et al. 2023)::
         print(text, end="")
 
 The pure pieces (sampling, sampler, gamma, relaxed, rounds) import only torch; the
-model-backed names (``load_target``, the decoders, the drafters, ``load_draft``) are
-imported on first use so that ``import token_spec`` stays cheap.
+model-backed names (``load_target``, the decoders, the drafters, ``load_draft``) load
+the model code too. Every name is imported on first use, so ``import token_spec`` stays
+cheap and imports no torch (the command line checks its flags before torch loads).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-try:  # the core install (pip install spectool) has no torch: say what to install
-    import torch  # noqa: E402, F401
-except ImportError as exc:  # pragma: no cover - exercised by tests/test_core_install.py
+# The core install (pip install spectool) has no torch: say what to install. Found, not
+# imported: the command line checks its flags before torch loads.
+if importlib.util.find_spec("torch") is None:  # pragma: no cover - exercised by tests/test_core_install.py
     raise ImportError("token_spec needs the token extra: pip install 'spectool[token]' "
-                      f"(on a CPU-only machine install torch from PyTorch's CPU index first; {exc})"
-                      ) from exc
-
-from .gamma import AdaptiveGamma, CostAwareGamma, DraftGate, FixedGamma, GammaPolicy  # noqa: E402
-from .relaxed import RelaxedResult, RelaxedVerifier, verify_relaxed  # noqa: E402
-from .rounds import speculative_ids, vanilla_ids  # noqa: E402
-from .sampler import verify  # noqa: E402
-from .sampling import SamplingParams, sample, warp  # noqa: E402
+                      "(on a CPU-only machine install torch from PyTorch's CPU index first; "
+                      "No module named 'torch')")
 
 # name -> submodule, imported on first attribute access (PEP 562)
 _LAZY = {
+    "AdaptiveGamma": "gamma",
+    "CostAwareGamma": "gamma",
+    "DraftGate": "gamma",
+    "FixedGamma": "gamma",
+    "GammaPolicy": "gamma",
+    "RelaxedResult": "relaxed",
+    "RelaxedVerifier": "relaxed",
+    "verify_relaxed": "relaxed",
+    "speculative_ids": "rounds",
+    "vanilla_ids": "rounds",
+    "verify": "sampler",
+    "SamplingParams": "sampling",
+    "sample": "sampling",
+    "warp": "sampling",
     "load_target": "target",
     "Target": "target",
     "TargetUnavailable": "target",
@@ -78,20 +88,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = [
-    "verify",
-    "warp",
-    "sample",
-    "SamplingParams",
-    "GammaPolicy",
-    "FixedGamma",
-    "AdaptiveGamma",
-    "CostAwareGamma",
-    "DraftGate",
-    "verify_relaxed",
-    "RelaxedVerifier",
-    "RelaxedResult",
-    "speculative_ids",
-    "vanilla_ids",
-    *_LAZY,
-]
+__all__ = list(_LAZY)

@@ -164,6 +164,19 @@ def test_bad_race_flag_is_one_line_naming_it(no_model, capsys, tmp_path, argv, n
     assert not out.exists()
 
 
+def test_a_bad_flag_is_reported_before_torch_is_imported(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom token_spec.cli import main\n"
+            "try:\n    main(['race', 'hi', '--out', sys.argv[1], '--drafters', 'bogus'])\n"
+            "except SystemExit as exc:\n    print(exc.code, 'torch' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True, text=True,
+                         timeout=120)
+    assert run.stdout.split() == ["2", "False"], run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "--drafters" in run.stderr
+
+
 def test_race_out_that_is_a_file_is_one_line(no_model, capsys, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
