@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["main", "build_parser", "ensure_writable_dir", "version", "OneLineErrorParser",
+__all__ = ["main", "run_interruptible", "build_parser", "ensure_writable_dir", "version", "OneLineErrorParser",
            "ENTRY_POINT_GROUP", "positive_float", "nonnegative_float"]
 
 ENTRY_POINT_GROUP = "spectool.commands"
@@ -201,17 +201,25 @@ def main(argv: list[str] | None = None) -> int:
     handler = getattr(args, "func", None)
     if handler is None:  # pragma: no cover - every registered subcommand sets func
         parser.error(f"no handler for {args.command!r}")
-    out = getattr(args, "out", None)
+    return run_interruptible(f"spectool {args.command}", getattr(args, "out", None), lambda: handler(args))
+
+
+def run_interruptible(label: str, out: str | os.PathLike | None, run: Callable[[], int]) -> int:
+    """``run()``; on Ctrl-C print ``<label>: interrupted`` and return 130. Whenever it
+    does not return normally, an ``out`` folder that did not exist before and is still
+    empty is removed."""
     fresh_out = out is not None and not Path(out).exists()
     try:
-        return handler(args)
-    except KeyboardInterrupt:
+        return run()
+    except BaseException as exc:
         if fresh_out:
             try:
                 Path(out).rmdir()          # only if empty: nothing written is lost
             except OSError:
                 pass
-        print(f"spectool {args.command}: interrupted", file=sys.stderr)
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
+        print(f"{label}: interrupted", file=sys.stderr)
         return 130
 
 

@@ -13,10 +13,10 @@ target's (Leviathan et al. 2023; Chen et al. 2023)::
     async for text in decoder.stream("Write a haiku", token_spec.SamplingParams()):
         print(text, end="")
 
-Every public name is imported on first use (the pure pieces, sampling, sampler, gamma,
-relaxed and rounds, import only torch; the model-backed ones, ``load_target``, the
-decoders, the drafters and ``load_draft``, transformers too), so ``import token_spec``
-and every ``token_spec ... --help`` stay cheap.
+The pure pieces (sampling, sampler, gamma, relaxed, rounds) import only torch; the
+model-backed names (``load_target``, the decoders, the drafters, ``load_draft``) load
+the model code too. Every name is imported on first use, so ``import token_spec`` stays
+cheap and imports no torch (the command line checks its flags before torch loads).
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-if importlib.util.find_spec("torch") is None:  # the core install (pip install spectool) has no torch
+# The core install (pip install spectool) has no torch: say what to install. Found, not
+# imported: the command line checks its flags before torch loads.
+if importlib.util.find_spec("torch") is None:  # pragma: no cover - exercised by tests/test_core_install.py
     raise ImportError("token_spec needs the token extra: pip install 'spectool[token]' "
-                      "(on a CPU-only machine install torch from PyTorch's CPU index first; no module named 'torch')")
+                      "(on a CPU-only machine install torch from PyTorch's CPU index first; "
+                      "No module named 'torch')")
 
-# name -> submodule, imported on first attribute access (PEP 562): ``import token_spec``
-# (and so every ``--help``) never imports torch
+# name -> submodule, imported on first attribute access (PEP 562)
 _LAZY = {
     "AdaptiveGamma": "gamma",
     "CostAwareGamma": "gamma",

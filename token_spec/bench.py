@@ -116,6 +116,7 @@ class Request:
     prefill_s: float
     decode_tokens: int
     metrics: object = None
+    token_s: list[float] = field(default_factory=list)  # each output token's arrival, seconds from the call
 
 
 def _strip_eos(ids: list[int], eos: set[int]) -> list[int]:
@@ -132,11 +133,16 @@ class Ours:
         self.decoder, self.params = decoder, params
 
     def __call__(self, ids: list[int]) -> Request:
+        arrivals: list[float] = []
+
+        def arrived(tokens: list[int]) -> None:  # a round's tokens arrive together
+            arrivals.extend([time.perf_counter() - t0] * len(tokens))
+
         t0 = time.perf_counter()
-        g = self.decoder.generate(ids, self.params)
+        g = self.decoder.generate(ids, self.params, on_round=arrived)
         total = time.perf_counter() - t0
         m = g.metrics
-        return Request(g.token_ids, total, m.prefill_s, len(g.token_ids), m)
+        return Request(g.token_ids, total, m.prefill_s, len(g.token_ids), m, arrivals)
 
 
 class _FirstTokenClock:
@@ -193,18 +199,21 @@ class LlamaCpp:
         llm = self.llm
         llm.reset()  # no prompt-prefix reuse from an earlier request
         out: list[int] = []
+        arrivals: list[float] = []
         t0 = time.perf_counter()
         first = None
         for tok in llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
+            now = time.perf_counter()
             if first is None:
-                first = time.perf_counter()
+                first = now
             if tok in self.eos:
                 break
             out.append(int(tok))
+            arrivals.append(now - t0)
             if len(out) >= self.args.max_tokens:
                 break
         total = time.perf_counter() - t0
-        return Request(out, total, (first or time.perf_counter()) - t0, max(0, len(out) - 1))
+        return Request(out, total, (first or time.perf_counter()) - t0, max(0, len(out) - 1), token_s=arrivals)
 
 
 def llamacpp_available() -> bool:
@@ -213,18 +222,26 @@ def llamacpp_available() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None
 
 
-def _llamacpp_methods(args, threads: int, eos_ids) -> dict:
+def llamacpp_method(args, threads: int, eos_ids, draft_model=None) -> LlamaCpp:
+    """llama.cpp on the GGUF our weights come from (``threads`` 0: every core); with
+    ``draft_model`` (a llama-cpp-python draft such as ``LlamaPromptLookupDecoding``)
+    it decodes speculatively."""
     import llama_cpp
-    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     from .target import find_gguf
 
-    path = str(find_gguf())
     n = threads if threads > 0 else (os.cpu_count() or 1)
-    common = dict(model_path=path, n_ctx=4096, n_threads=n, n_threads_batch=n, verbose=False, seed=args.seed)
-    vanilla = llama_cpp.Llama(**common)
-    lookup = llama_cpp.Llama(**common, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=args.gamma))
-    return {"llamacpp:vanilla": LlamaCpp(vanilla, args, eos_ids), "llamacpp:prompt_lookup": LlamaCpp(lookup, args, eos_ids)}
+    llm = llama_cpp.Llama(model_path=str(find_gguf()), n_ctx=4096, n_threads=n, n_threads_batch=n, verbose=False,
+                          seed=args.seed, draft_model=draft_model)
+    return LlamaCpp(llm, args, eos_ids)
+
+
+def _llamacpp_methods(args, threads: int, eos_ids) -> dict:
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    lookup = LlamaPromptLookupDecoding(num_pred_tokens=args.gamma)
+    return {"llamacpp:vanilla": llamacpp_method(args, threads, eos_ids),
+            "llamacpp:prompt_lookup": llamacpp_method(args, threads, eos_ids, lookup)}
 
 
 def _targets(spec: str) -> list[str]:
@@ -478,7 +495,7 @@ def run_bench(args) -> dict:
         })
     return {
         "command": "token_spec " + " ".join(sys.argv[1:]) if sys.argv and "token_spec" in sys.argv[0] else None,
-        "config": {k: v for k, v in vars(args).items() if k != "func"},
+        "config": {k: v for k, v in vars(args).items() if k not in ("func", "parser")},
         "environment": {
             "torch": torch.__version__, "cpus": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(), "cpu": _cpu_name(),

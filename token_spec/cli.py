@@ -2,10 +2,14 @@
 
 * ``token_spec bench``: see ``token_spec.bench`` (our vanilla and speculative decoders vs
   Hugging Face ``generate()`` vs llama.cpp, interleaved in one run);
+* ``token_spec race PROMPT``: see ``token_spec.race`` (one prompt, vanilla and every
+  drafter, replayed side by side at their measured per-token timing);
 * ``token_spec serve`` / ``audit`` / ``loadtest``: see ``token_spec.serve.cli``.
 
 Every flag is checked (and ``--out`` proved writable) before any model loads; a bad one
-costs one error line. Example: ``token_spec bench --out bench-out --max-tokens 64 --repeats 3``
+costs one error line; Ctrl-C costs one line too (exit status 130, and an ``--out`` folder
+the run made and left empty is removed). Example:
+``token_spec bench --out bench-out --max-tokens 64 --repeats 3``
 """
 
 from __future__ import annotations
@@ -75,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     for action in b._actions:
         if action.dest in types:
             action.type = types[action.dest]   # string defaults go through it too
+    from .race import add_arguments as add_race_arguments
+
+    r = sub.add_parser("race", help="decode one prompt with vanilla and every drafter, replayed side by side")
+    add_race_arguments(r, _drafter_list)
+    for p in (b, r):
+        p.set_defaults(parser=p)   # errors found after parsing name the sub-command
     from .serve.cli import add_subcommands  # serve, loadtest, audit (their own module)
 
     add_subcommands(sub)
@@ -93,17 +103,27 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from spectool.cli import ensure_writable_dir
 
+    from spectool.cli import run_interruptible
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command != "bench":
+    if args.command not in ("bench", "race"):
         return args.func(args)
-    try:  # before the model loads: a bad --out costs one line, not a lost run
-        ensure_writable_dir(args.out)
-    except ValueError as exc:
-        parser.error(str(exc))
-    from .bench import main_bench
 
-    return main_bench(args, argv)
+    def run() -> int:
+        try:  # before the model loads: a bad --out costs one line, not a lost run
+            ensure_writable_dir(args.out)
+        except ValueError as exc:
+            args.parser.error(f"argument --out: {exc}")
+        if args.command == "race":
+            from .race import main_race
+
+            return main_race(args, argv)
+        from .bench import main_bench
+
+        return main_bench(args, argv)
+
+    return run_interruptible(f"token_spec {args.command}", args.out, run)
 
 
 if __name__ == "__main__":  # pragma: no cover

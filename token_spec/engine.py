@@ -209,15 +209,22 @@ class _Decoder:
         params = params if params is not None else SamplingParams()
         return replace(params, **overrides) if overrides else params
 
-    def generate(self, prompt: Prompt, params: SamplingParams | None = None, **overrides: Any) -> Generation:
-        """Run one request to the end (synchronously, in this thread)."""
+    def generate(self, prompt: Prompt, params: SamplingParams | None = None, *,
+                 on_round: Callable[[list[int]], None] | None = None, **overrides: Any) -> Generation:
+        """Run one request to the end (synchronously, in this thread).
+
+        ``on_round``: called after every round with the ids that round emitted (after
+        EOS and ``max_tokens`` trimming; possibly empty), e.g. to time each token."""
         params = self._params(params, overrides)
         with self._lock:
             run = _Run(self, prompt, params)
             try:
                 done = False
                 while not done:
+                    before = len(run.ids)
                     _, done = run.step()
+                    if on_round is not None:
+                        on_round(run.ids[before:])
             finally:
                 run.close()
             return run.result()
