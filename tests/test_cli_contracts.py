@@ -127,7 +127,7 @@ def _modules_after(code: str) -> set[str]:
     return set(out.stdout.split())
 
 
-@pytest.mark.parametrize("command", ["", "serve", "audit", "loadtest", "bench"])
+@pytest.mark.parametrize("command", ["", "serve", "audit", "loadtest", "bench", "race"])
 def test_token_spec_help_never_imports_torch(command):
     argv = ["--help"] if not command else [command, "--help"]
     code = ("import sys, contextlib, io\nfrom token_spec.cli import main\n"
