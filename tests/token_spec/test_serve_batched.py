@@ -171,7 +171,7 @@ def test_the_server_alone_decodes_exactly_as_the_one_sequence_forward(fast_targe
         assert alone_outputs[f"r{i}"] == out
 
 
-@pytest.mark.parametrize("method", ["ngram", "suffix", "draft", "ngram+draft"])
+@pytest.mark.parametrize("method", ["ngram", "suffix", "draft", "ngram+draft", "dspark"])
 def test_greedy_output_alone_equals_output_batched_with_speculation(fast_target, alone_outputs, method):
     spec = _engine(fast_target, method)
     batched = _run(spec, _prompts(fast_target), 24)
@@ -202,7 +202,7 @@ def test_negative_control_relaxed_acceptance_changes_greedy_output(fast_target, 
 CHEAP = tuple(1.0 + 0.02 * w for w in range(16))  # wide passes nearly free: gates open
 
 
-@pytest.mark.parametrize("method", ["ngram", "suffix", "draft", "ngram+draft"])
+@pytest.mark.parametrize("method", ["ngram", "suffix", "draft", "ngram+draft", "dspark"])
 def test_gated_drafting_keeps_greedy_identity(fast_target, alone_outputs, method):
     rounds = []
     engine = _engine(fast_target, method, gate_costs=CHEAP, on_round=lambda p, a: rounds.append((p, a)))
@@ -258,6 +258,17 @@ def test_the_gates_get_the_costs_of_the_step_batch_width(fast_target):
     want = batch_costs(CHEAP, 4, 3)
     gates = [g for s in engine.active.values() for g in s.gates]
     assert len(gates) == 4 and all(g.costs == want and g.max_tokens == 3 for g in gates)
+
+
+def test_the_dspark_schedule_gets_the_costs_of_the_step_batch_width(fast_target):
+    engine = _engine(fast_target, "dspark", gate_costs=CHEAP)
+    for i, ids in enumerate(_prompts(fast_target)):
+        engine.submit(Request(id=f"r{i}", prompt_ids=ids, params=SamplingParams(temperature=0, max_tokens=8)))
+    engine.step()
+    want = batch_costs(CHEAP, 4, 3)
+    schedules = [g for s in engine.active.values() for g in s.gates]
+    assert len(schedules) == 4 and all(type(g).__name__ == "SurvivalSchedule" for g in schedules)
+    assert all(g.costs == want and g.max_tokens == 3 for g in schedules)
 
 
 def test_batch_costs_are_the_per_sequence_share_of_the_packed_pass():

@@ -83,13 +83,16 @@ def batch_costs(pass_costs: Sequence[float], width: int, max_k: int) -> tuple[fl
 
 
 def gates_of(drafter: Any) -> list:
-    """The ``DraftGate``s inside a drafter (``GatedDrafter.gate``, through hybrids)."""
+    """What inside a drafter weighs drafting against pass costs: the ``DraftGate``s
+    (``GatedDrafter.gate``, through hybrids) and a ``DSparkDrafter``'s schedule; each has
+    ``costs`` and ``max_tokens``, which the engine sets every step."""
     if drafter is None:
         return []
     found = []
-    gate = getattr(drafter, "gate", None)
-    if gate is not None and hasattr(gate, "costs"):
-        found.append(gate)
+    for attr in ("gate", "schedule"):
+        gate = getattr(drafter, attr, None)
+        if gate is not None and hasattr(gate, "costs") and hasattr(gate, "max_tokens"):
+            found.append(gate)
     for attr in ("drafter", "lookup", "model"):
         inner = getattr(drafter, attr, None)
         if inner is not None and callable(getattr(inner, "propose", None)):

@@ -22,7 +22,7 @@ from typing import Any
 __all__ = ["ServeConfig", "build", "running", "SPECULATIVE_METHODS", "TARGET_CHOICES", "GATE_CHOICES",
            "make_drafter_factory", "load_server_target", "MAX_GAMMA"]
 
-SPECULATIVE_METHODS = ("ngram", "suffix", "draft", "ngram+draft", "none")
+SPECULATIVE_METHODS = ("ngram", "suffix", "draft", "ngram+draft", "dspark", "none")
 TARGET_CHOICES = ("auto", "bf16", "bf16-q4", "fp32")  # the bench's target configurations, and auto
 GATE_CHOICES = ("auto", "on", "off")
 # the most draft tokens per sequence and step (--gamma): the widest exact verify segment is
@@ -115,12 +115,14 @@ def make_drafter_factory(method: str, target: Any, dtype: Any = None, *, gate_co
     if method == "suffix":
         shared = SuffixDrafter()
         return gated(lambda: _SuffixView(shared))
-    if method in ("draft", "ngram+draft"):
+    if method in ("draft", "ngram+draft", "dspark"):
         from ..draft_model import fast_draft, load_draft
 
         lm = load_draft(target.model)
         if getattr(target, "fast", None) is not None:
             lm = fast_draft(lm, dtype if dtype is not None else target.dtype)
+        if method == "dspark":
+            return _dspark_factory(lm, target, gate_costs, max_tokens)
         draft_cost = 0.0
         if gate_costs is not None:
             from ..gamma import measure_step_ratio
@@ -134,6 +136,28 @@ def make_drafter_factory(method: str, target: Any, dtype: Any = None, *, gate_co
         lookup = gated(NgramDrafter)
         return lambda: HybridDrafter(lookup(), model(), name="ngram+draft")
     raise ValueError(f"unknown speculative method {method!r}; choose from {SPECULATIVE_METHODS}")
+
+
+def _dspark_factory(lm, target: Any, costs, max_tokens: int):
+    """DSpark (``token_spec.dspark``) over the draft model: each request's rounds verify
+    as many drafts as the calibrated confidence and the pass costs make worth it, position
+    by position (non-anticipating), at most ``max_tokens``. ``costs``: the target's
+    relative pass costs (measured here when None: the schedule needs them). The engine
+    sets the schedule's costs to each step's per-sequence share at its batch width, as it
+    does for the gates."""
+    from ..drafters import ModelDrafter
+    from ..dspark import DSparkDrafter, SurvivalSchedule, TopProbConfidence, measure_step_cost
+    from ..gamma import measure_pass_costs
+
+    costs = tuple(costs) if costs is not None else measure_pass_costs(target)
+    confidence = TopProbConfidence.load("draft")
+    draft_cost = measure_step_cost(ModelDrafter(lm, name="draft"), target)
+
+    def make():
+        return DSparkDrafter(ModelDrafter(lm, name="draft"), confidence,
+                             SurvivalSchedule(costs=costs, draft_cost=draft_cost, max_tokens=max_tokens))
+
+    return make
 
 
 def load_server_target(choice: str, *, exact: bool = True, attention: str = "eager"):
@@ -186,7 +210,7 @@ def build(config: ServeConfig, target: Any = None):
         raise ValueError("the server runs on the lean forward: load the target with fast=True")
     lm = PackedLM(target.fast)
     costs = None
-    if config.speculative != "none" and config.gate in ("auto", "on"):
+    if config.speculative == "dspark" or (config.speculative != "none" and config.gate in ("auto", "on")):
         from ..gamma import measure_pass_costs
 
         costs = measure_pass_costs(target, max_width=lm.max_rows)
