@@ -172,7 +172,7 @@ async def _child(shadow: str, attack: str) -> dict:
         if pool is not None:      # a warm worker, as in a long-running host
             await runtime.run_cell("pass")
             with anyio.fail_after(10):
-                while not any(w.readied for w in pool._idle):
+                while not any(w.readied for w in pool.workers()):
                     await runtime.run_cell("pass")
         base, base_stall = await turn("baseline")
         rss0 = _peak_rss_kb()
@@ -297,7 +297,8 @@ def _process_run_once(pool, message: str, context: str) -> tuple[float, dict]:
     statement and tail is a command; launches answered at once like InstantHost."""
     from spectool import shadow_protocol as proto
     from spectool.segmenter import Segmenter, StatementClosed, TailChanged
-    worker = pool.lease()
+    lane = pool.lease()
+    worker = lane.worker
     sock = worker.sock
     sock.setblocking(True)
     buf = bytearray()
@@ -316,12 +317,12 @@ def _process_run_once(pool, message: str, context: str) -> tuple[float, dict]:
     stats = {"statements": 0, "tails": 0, "bets": 0}
 
     def command(msg: tuple) -> tuple:
-        sock.sendall(proto.encode_command(msg))
+        sock.sendall(proto.encode_command(msg, lane.lease))
         while True:
             reply = read()
             if proto.is_request(reply):
                 launched[0] += 1
-                sock.sendall(proto.encode_command(("reply", launched[0])))
+                sock.sendall(proto.encode_command(("reply", launched[0]), lane.lease))
             elif reply[0] != "lookahead":
                 return reply
 
@@ -330,8 +331,8 @@ def _process_run_once(pool, message: str, context: str) -> tuple[float, dict]:
             assert read() == ("ready",)
             worker.readied = True
         tools = (("llm_query", "pure", None), ("llm_query_batched", "pure", "llm_query"))
-        sock.sendall(proto.encode_command(("begin", tools, None, 600.0, os.urandom(16))))
-        sock.sendall(proto.encode_command(("names", {"context": context})))
+        sock.sendall(proto.encode_command(("begin", tools, None, 600.0), lane.lease))
+        sock.sendall(proto.encode_command(("names", {"context": context}), lane.lease))
         seg = Segmenter(max_statement_chars=1 << 62, max_parsed_chars=1 << 62,
                         max_parsed_statements=1 << 62)     # as shadow_throughput's
         t0 = time.perf_counter()
@@ -350,11 +351,10 @@ def _process_run_once(pool, message: str, context: str) -> tuple[float, dict]:
         stats["host_cpu"] = time.process_time() - c0
         elapsed = time.perf_counter() - t0
         stats["launched"] = launched[0]
-        sock.sendall(proto.encode_command(("end",)))
         return elapsed, stats
     finally:
         sock.setblocking(False)
-        pool.release(worker, reusable=True)
+        pool.release(lane, reusable=True)
 
 
 def throughput(repeat: int = 3) -> None:
