@@ -91,6 +91,7 @@ LOAD_WINDOW_SECONDS = 0.5  # a worker's CPU load is measured over at least this 
 TURNS_PER_WORKER = 128     # default lanes of one worker
 TARGET_LOAD = 0.8          # default: a worker busier than this takes no new turn
 _HOST_ONLY = ("max_turns", "freeze_seconds")   # limits the worker is not told
+_clock = time.monotonic     # stuck and load measurements
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ class Lane:
 
     def expect_reply(self) -> None:
         """A command of this lane now awaits its final reply (for stuck detection)."""
-        self.worker.waiting.setdefault(self.lease, time.monotonic())
+        self.worker.waiting.setdefault(self.lease, _clock())
 
     def got_reply(self) -> None:
         self.worker.waiting.pop(self.lease, None)
@@ -183,7 +184,7 @@ class WorkerProcess:
         self.lanes: dict[bytes, Lane] = {}
         self.failure: BaseException | None = None   # WorkerDied / ProtocolError: done
         self.waiting: dict[bytes, float] = {}   # lease -> when its command went out
-        self.progress_at = time.monotonic()     # when a frame was last read
+        self.progress_at = _clock()     # when a frame was last read
         self.excused = 0         # stale frames excused by lanes that left a command
         self.doomed = False      # killed (its socket closes with its last lane)
         self._reading = False
@@ -327,7 +328,7 @@ class WorkerProcess:
             self._reading = True
             try:
                 payload = await self.read_frame(proto.MAX_REPLY_BYTES + proto.LEASE_BYTES)
-                self.progress_at = time.monotonic()
+                self.progress_at = _clock()
                 lease, body = proto.split_lease(payload)
                 target = self.lanes.get(lease)
                 if not self.readied:
@@ -528,7 +529,7 @@ class ShadowPool:
         """The usable worker with the fewest lanes: among them this owner's (imports
         done), then ones that said they are ready, then the rest (isolated pools:
         this owner's, else a fresh one)."""
-        now = time.monotonic()
+        now = _clock()
         thread = threading.get_ident()
         usable = [w for w in [*self._leased, *self._idle]
                   if self._usable(w, owner, thread, now)]
@@ -540,7 +541,7 @@ class ShadowPool:
     def _drop_broken(self) -> None:
         """Kill idle workers that failed or died, and stuck ones (see
         ``ShadowWorkerLimits.freeze_seconds``); their lanes fail."""
-        now = time.monotonic()
+        now = _clock()
         for worker in [*self._idle, *self._leased]:
             if worker.doomed:
                 continue
