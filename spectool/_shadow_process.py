@@ -336,6 +336,7 @@ class ProcessShadowDriver(QueueDriver):
             self.failed = True
             return
         self._lane = lane
+        lane.on_request = self._answer_frame
         self._worker = worker = lane.worker
         self._lease_id = lane.lease
         self.trace.add("shadow_worker", pid=worker.pid)
@@ -425,10 +426,9 @@ class ProcessShadowDriver(QueueDriver):
                 if lookaheads > MAX_LOOKAHEAD_FRAMES:
                     raise proto.ProtocolError("a flood of lookahead frames")
                 self.store.lookahead_bets(reply[1][:MAX_LOOKAHEAD_BETS])
-            elif proto.is_request(reply):
-                answer = proto.encode_command(("reply", self._answer(reply)), self._lease_id)
+            elif proto.is_request(reply):       # (the reader answers them first)
                 self._phase = "sending"
-                await lane.send(answer)
+                await lane.send(self._answer_frame(reply))
                 self._phase = "awaiting"
             else:
                 raise proto.ProtocolError(f"{kind!r} out of step after {msg[0]!r}")
@@ -439,9 +439,12 @@ class ProcessShadowDriver(QueueDriver):
         for each lane that left a command behind); a checkpoint after every frame
         that has more behind it, so a flood never holds the event loop."""
         assert self._lane is not None
-        body = await self._lane.read(max_stale=MAX_STALE_FRAMES,
+        return await self._lane.read(max_stale=MAX_STALE_FRAMES,
                                      max_inbox=MAX_LOOKAHEAD_FRAMES + 2)
-        return proto.parse_reply(proto.decode_reply(body))
+
+    def _answer_frame(self, req: tuple) -> bytes:
+        """The ``reply`` command answering a request of the worker."""
+        return proto.encode_command(("reply", self._answer(req)), self._lease_id)
 
     def _answer(self, req: tuple) -> object:
         kind = req[0]

@@ -66,7 +66,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 import anyio
 import anyio.lowlevel
@@ -90,6 +90,9 @@ _CHUNK = 1 << 18          # bytes per socket read/write (then a checkpoint)
 LOAD_WINDOW_SECONDS = 0.5  # a worker's CPU load is measured over at least this long
 TURNS_PER_WORKER = 128     # default lanes of one worker
 TARGET_LOAD = 0.8          # default: a worker busier than this takes no new turn
+# a reader routes frames already buffered for at most this long before it lets the
+# event loop run (a checkpoint per frame would make a busy loop the bottleneck)
+ROUTE_SLICE_SECONDS = 0.0005
 _HOST_ONLY = ("max_turns", "freeze_seconds")   # limits the worker is not told
 _clock = time.monotonic     # stuck and load measurements
 
@@ -145,9 +148,16 @@ class Lane:
     def __init__(self, worker: "WorkerProcess", lease: bytes) -> None:
         self.worker = worker
         self.lease = lease
-        self.inbox: collections.deque[memoryview] = collections.deque()
+        self.inbox: collections.deque[tuple] = collections.deque()
+        # the answer frame to a request of this lane (called by whichever lane reads)
+        self.on_request: Callable[[tuple], bytes] | None = None
         self.stale_frames = 0                 # frames of no live lease it read
         self._excused_at = worker.excused
+        self._wake: anyio.Event | None = None  # set while it waits to read
+
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
 
     @property
     def pid(self) -> int:
@@ -156,8 +166,8 @@ class Lane:
     async def send(self, *frames: bytes) -> None:
         await self.worker.send_frames(frames)
 
-    async def read(self, *, max_stale: int, max_inbox: int) -> memoryview:
-        """This turn's next reply payload (without its lease); see
+    async def read(self, *, max_stale: int, max_inbox: int) -> tuple:
+        """This turn's next reply; see
         :meth:`WorkerProcess.read_for`."""
         return await self.worker.read_for(self, max_stale, max_inbox)
 
@@ -191,7 +201,9 @@ class WorkerProcess:
         self._sending = False
         self._half_sent = False
         self._pending_ends: list[bytes] = []
-        self._changed: anyio.Event | None = None
+        self._changed: anyio.Event | None = None    # senders wait on it
+        self._waiting_lanes: dict[bytes, Lane] = {}  # lanes waiting while another reads
+        self._routing_since = 0.0   # when the reader last let the loop run
         self._cpu: tuple[float, float] | None = None   # (when, CPU seconds) last sample
         self._load = 0.0
         self._buf = bytearray()
@@ -272,6 +284,15 @@ class WorkerProcess:
         if self.failure is None:
             self.failure = exc
         self._signal()
+        for lane in list(self._waiting_lanes.values()):
+            lane.wake()
+
+    def _hand_off(self) -> None:
+        """Nobody reads the channel: wake one waiting lane to read it."""
+        if not self._reading:
+            for lane in self._waiting_lanes.values():
+                lane.wake()
+                return
 
     def _raise_failure(self) -> None:
         exc = self.failure
@@ -311,19 +332,30 @@ class WorkerProcess:
             self._sending = False
             self._signal()
 
-    async def read_for(self, lane: Lane, max_stale: int, max_inbox: int) -> memoryview:
-        """The next reply payload of ``lane`` (its lease stripped). One lane at a time
-        reads the channel and routes each frame to the lane of its lease: frames of
-        no live lease are dropped (at most ``max_stale`` per lane, plus a few for each
-        lane that left with a command outstanding), a lane holds at most
-        ``max_inbox`` frames not yet taken; past either, or on any broken frame, the
-        worker fails for every lane."""
+    async def read_for(self, lane: Lane, max_stale: int, max_inbox: int) -> tuple:
+        """The next reply of ``lane``, decoded and checked (``parse_reply``). One lane
+        at a time reads the channel and routes each frame to the lane of its lease
+        (a request of a lane with ``on_request`` is answered at once, by the reader):
+        frames of no live lease are dropped (at most ``max_stale`` per lane, plus a
+        few for each lane that left with a command outstanding), a lane holds at
+        most ``max_inbox`` replies not yet taken; past either, or on any broken
+        frame, the worker fails for every lane."""
         while True:
             if lane.inbox:
+                self._hand_off()
                 return lane.inbox.popleft()
             self._raise_failure()
             if self._reading:
-                await self._wait_change()
+                # woken when a frame is routed to it, when the reader leaves, or on failure
+                lane._wake = anyio.Event()
+                self._waiting_lanes[lane.lease] = lane
+                try:
+                    await lane._wake.wait()
+                except BaseException:
+                    self._waiting_lanes.pop(lane.lease, None)
+                    self._hand_off()          # it may have been the one woken to read
+                    raise
+                self._waiting_lanes.pop(lane.lease, None)
                 continue
             self._reading = True
             try:
@@ -344,15 +376,29 @@ class WorkerProcess:
                 elif len(target.inbox) >= max_inbox:
                     raise proto.ProtocolError("a flood of frames for another lease")
                 else:
-                    target.inbox.append(body)
-            except (WorkerDied, proto.ProtocolError) as exc:
-                self.fail(exc)
-                raise
-            finally:
+                    msg = proto.parse_reply(proto.decode_reply(body))
+                    if target.on_request is not None and proto.is_request(msg):
+                        # answered here: the worker waits for it, so no task hop
+                        await self.send_frames((target.on_request(msg),))
+                    else:
+                        target.inbox.append(msg)
+                        if target is not lane:
+                            target.wake()
+            except BaseException as exc:
                 self._reading = False
-                self._signal()
-            if self.buffered:       # more frames already here: let the loop run first
+                if isinstance(exc, (WorkerDied, proto.ProtocolError)):
+                    self.fail(exc)
+                else:
+                    self._hand_off()          # cancelled while reading
+                raise
+            self._reading = False
+            if self.buffered and time.perf_counter() - self._routing_since > ROUTE_SLICE_SECONDS:
+                # more frames already here, and this reader has routed for a slice of
+                # the loop's time: let the loop run first
                 await anyio.lowlevel.checkpoint()
+                self._routing_since = time.perf_counter()
+            elif not self.buffered:
+                self._routing_since = time.perf_counter()
 
     def open_lane(self) -> Lane:
         lane = Lane(self, os.urandom(proto.LEASE_BYTES))
