@@ -16,11 +16,13 @@ started (default :func:`default_size`: the CPU count within 2..32, since workers
 beyond the cores add no throughput). A lease goes to the started worker with the
 fewest lanes among those that can take one more: fewer than ``turns_per_worker``
 lanes (default 128: a bound on a worker's memory and on how long a command can wait
-behind the others' slices) and a measured CPU load (the worker's user + system time
+behind the others' slices), a measured CPU load (the worker's user + system time
 over the last :data:`LOAD_WINDOW_SECONDS`, read from ``/proc``) below
 ``target_load`` (default 0.8 of a core: past it the worker is at its throughput and
-another turn's streams would only lag). When none can, a new worker starts if fewer
-than ``size`` are started; else the lease is refused. So the pool grows with the
+another turn's streams would only lag), and a measured lag (how long its oldest
+outstanding command has waited) below :data:`MAX_LAG_SECONDS` (a worker starved of
+CPU by other work falls behind at a low load). When none can, a new worker starts if
+fewer than ``size`` are started; else the lease is refused. So the pool grows with the
 speculative work its turns really make, and stays small when that work is light.
 
 Failure of a worker costs the turns on it their speculation, never their results: a
@@ -90,6 +92,7 @@ _CHUNK = 1 << 18          # bytes per socket read/write (then a checkpoint)
 LOAD_WINDOW_SECONDS = 0.5  # a worker's CPU load is measured over at least this long
 TURNS_PER_WORKER = 128     # default lanes of one worker
 TARGET_LOAD = 0.8          # default: a worker busier than this takes no new turn
+MAX_LAG_SECONDS = 0.5      # nor one whose oldest outstanding command waited this long
 # a reader routes frames already buffered for at most this long before it lets the
 # event loop run (a checkpoint per frame would make a busy loop the bottleneck)
 ROUTE_SLICE_SECONDS = 0.0005
@@ -444,6 +447,11 @@ class WorkerProcess:
         except OSError:
             return True
 
+    def lag(self, now: float) -> float:
+        """How long its oldest outstanding command has waited (0 if none): a worker
+        that is busy, or starved of CPU by other work, falls behind."""
+        return now - min(self.waiting.values()) if self.waiting else 0.0
+
     def load(self, now: float) -> float:
         """Cores' worth of CPU the worker used over the last LOAD_WINDOW_SECONDS or
         more (user + system time from ``/proc``; 0 where that cannot be read)."""
@@ -569,7 +577,8 @@ class ShadowPool:
             return False
         if self.isolate_runtimes and worker.turns and worker.owner != owner:
             return False
-        return not worker.lanes or worker.load(now) < self.target_load
+        return not worker.lanes or (worker.load(now) < self.target_load
+                                    and worker.lag(now) < MAX_LAG_SECONDS)
 
     def _pick(self, owner: object) -> WorkerProcess | None:
         """The usable worker with the fewest lanes: among them this owner's (imports

@@ -30,14 +30,14 @@ import anyio
 from .machine import describe
 from .throwaway import run_child
 
-__all__ = ["MESSAGE", "CALLS", "measure", "render", "main"]
+__all__ = ["MESSAGE", "CALLS", "bounds", "measure", "render", "main"]
 
 CALLS = 8
 LATENCY = 0.5
 RATE = 100.0
-MESSAGE = ("I will summarise the eight parts separately, then compare them.\n```repl\n"
-           + "".join(f'p{k} = llm_query("summarise part {k} of the report")\n'
-                     for k in range(1, CALLS + 1))
+CALL_SOURCES = [f'llm_query("summarise part {k}")' for k in range(1, CALLS + 1)]
+MESSAGE = ("Eight parts, one call each.\n```repl\n"
+           + "".join(f"p{k} = {src}\n" for k, src in enumerate(CALL_SOURCES, 1))
            + "print(len(p1 + p2 + p3 + p4 + p5 + p6 + p7 + p8))\n```\n")
 DEFAULT_SESSIONS = (1, 16, 64, 256)
 RESULTS = os.path.join("docs", "results", "scale.json")
@@ -108,6 +108,18 @@ async def _row(n: int, mode: str) -> dict:
             pool.shutdown()
 
 
+def bounds() -> dict:
+    """The turn's times without overhead: the stream alone, baseline (the stream, then
+    the calls one after another) and the oracle (every call starts the instant its
+    line has streamed; ``turn_microbench.oracle_time``)."""
+    from .turn_microbench import Call, Scenario, oracle_time, stream_time
+    calls = [Call(src) for src in CALL_SOURCES]
+    stream = stream_time(MESSAGE, RATE, len(MESSAGE))
+    oracle = oracle_time(Scenario("scale", MESSAGE, calls), RATE, LATENCY, 0.0)
+    return {"stream_s": stream, "baseline_s": stream + CALLS * LATENCY,
+            "oracle_s": oracle, "oracle_x": (stream + CALLS * LATENCY) / oracle}
+
+
 def measure(sessions: tuple[int, ...], timeout: float = 600.0) -> list[dict]:
     """Every (sessions, mode) row, each in its own host process."""
     rows = []
@@ -140,8 +152,11 @@ def render(data: dict) -> str:
             f"{spec['workers']} | {spec['host_peak_rss_mb']:.0f} | "
             f"{spec['total_peak_rss_mb']:.0f} |")
     start, end = data["load_average"]
+    b = data["bounds"]
     lines += ["", f"`{data['command']}`, {data['date']}, {data['machine']}, load average "
-                  f"{start:.1f} at the start and {end:.1f} at the end; {data['simulated']}."]
+                  f"{start:.1f} at the start and {end:.1f} at the end; {data['simulated']}. "
+                  f"Without overhead a turn takes {b['baseline_s']:.2f} s in baseline and "
+                  f"{b['oracle_s']:.2f} s at best with speculation ({b['oracle_x']:.2f}×)."]
     return "\n".join(lines)
 
 
@@ -177,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             "load_average": [load0, os.getloadavg()[0]],
             "scenario": f"{CALLS} independent llm_query calls of {LATENCY:g} s per turn, "
                         f"message streamed at {RATE:g} tokens/s",
-            "simulated": "model and tools simulated; real wall times", "rows": rows}
+            "simulated": "model and tools simulated; real wall times",
+            "bounds": bounds(), "rows": rows}
     with open(args.out, "w") as f:
         json.dump(data, f, indent=1)
         f.write("\n")

@@ -23,6 +23,7 @@ def test_render_puts_spec_beside_baseline_and_names_a_row_that_died():
     data = {"command": "python -m spectool_bench.shadow_scale run --sessions 4 8",
             "date": "2026-01-01", "machine": "a CPU, 2 cores", "load_average": [1.0, 2.0],
             "simulated": "model and tools simulated",
+            "bounds": {"stream_s": 1.0, "baseline_s": 5.0, "oracle_s": 1.5, "oracle_x": 3.3},
             "rows": [_row(4, "baseline", 5.0, 0), _row(4, "spec", 1.25, 32),
                      _row(8, "baseline", 5.0, 0),
                      {"sessions": 8, "mode": "spec", "outcome": "host died (signal 9)"}]}
@@ -31,8 +32,11 @@ def test_render_puts_spec_beside_baseline_and_names_a_row_that_died():
     assert "| 8 | 5.00 |" not in table and "host died (signal 9)" in table
 
 
-def test_the_message_holds_eight_independent_calls():
+def test_the_message_holds_eight_independent_calls_and_the_bounds_follow():
     assert shadow_scale.MESSAGE.count("llm_query(") == shadow_scale.CALLS == 8
+    b = shadow_scale.bounds()
+    assert b["baseline_s"] == b["stream_s"] + 4.0
+    assert b["stream_s"] < b["oracle_s"] < b["stream_s"] + 0.5 + 1e-9
 
 
 def test_the_readme_table_is_the_rendered_data_file():

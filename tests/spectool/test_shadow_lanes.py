@@ -367,7 +367,29 @@ def test_negative_control_a_lightly_loaded_worker_takes_the_next_turn(monkeypatc
     assert shared and spawned == 1
 
 
-def test_a_full_pool_refuses_a_lease_and_turns_per_worker_bound_the_lanes():
+def _lease_behind(monkeypatch, waited: float) -> bool:
+    """Does a second lease share the first's worker, whose command has waited
+    ``waited`` seconds?"""
+    monkeypatch.setattr(shadow_pool.WorkerProcess, "load", lambda self, now: 0.0)
+    pool = ShadowPool(2, warm=False)
+    try:
+        first = pool.lease()
+        first.worker.waiting[first.lease] = shadow_pool._clock() - waited
+        return pool.lease().worker is first.worker
+    finally:
+        pool.shutdown()
+
+
+def test_a_worker_that_falls_behind_takes_no_new_turn(monkeypatch):
+    assert not _lease_behind(monkeypatch, waited=5.0)
+
+
+def test_negative_control_a_worker_keeping_up_takes_the_next_turn(monkeypatch):
+    assert _lease_behind(monkeypatch, waited=0.0)
+
+
+def test_a_full_pool_refuses_a_lease_and_turns_per_worker_bound_the_lanes(monkeypatch):
+    monkeypatch.setattr(shadow_pool.WorkerProcess, "load", lambda self, now: 0.0)
     pool = ShadowPool(2, turns_per_worker=3, warm=False)
     try:
         lanes = [pool.lease() for _ in range(6)]
