@@ -54,6 +54,7 @@ queue changes, and a lane freed meanwhile catches up on the queued statements
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import itertools
@@ -336,7 +337,11 @@ class ProcessShadowDriver(QueueDriver):
             self.failed = True
             return
         self._lane = lane
-        lane.on_request = self._answer_frame
+        # answered by whichever lane reads the frame: in this task's context, never in
+        # that lane's (a speculation started here must not see another session's
+        # context variables)
+        lane.on_request = functools.partial(contextvars.copy_context().run,
+                                            self._answer_frame)
         self._worker = worker = lane.worker
         self._lease_id = lane.lease
         self.trace.add("shadow_worker", pid=worker.pid)

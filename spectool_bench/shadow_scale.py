@@ -24,6 +24,7 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import anyio
 
@@ -194,9 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"message streamed at {RATE:g} tokens/s",
             "simulated": "model and tools simulated; real wall times",
             "bounds": bounds(), "rows": rows}
-    with open(args.out, "w") as f:
-        json.dump(data, f, indent=1)
-        f.write("\n")
+    Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
     print(render(data))
     return 0
 

@@ -19,7 +19,7 @@ from spectool import shadow_protocol as proto
 from spectool.shadow import Limits
 from spectool.shadow_pool import ShadowPool, ShadowWorkerLimits
 from spectool_bench.host_side_attacks import CompromisedPool
-from rt_helpers import fenced
+from rt_helpers import child_pids
 
 pytestmark = pytest.mark.anyio
 
@@ -55,20 +55,6 @@ def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _children() -> set[int]:
-    me = str(os.getpid())
-    found = set()
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[1] == me:
-                        found.add(int(name))
-            except OSError:
-                pass
-    return found
 
 
 async def _concurrent_turns(pool, n, first, rest, *, between=None, **kwargs):
@@ -137,13 +123,19 @@ async def test_negative_control_one_lane_per_worker_leaves_the_other_turns_witho
         assert len(unavailable) == 2
 
 
+def statement_gate():
+    """(event, on_event): the event is set once the turn's shadow ran a statement."""
+    ran = anyio.Event()
+
+    def on_event(event):
+        if event.kind == "shadow_statement":
+            ran.set()
+
+    return ran, on_event
+
+
 async def test_turns_on_one_worker_never_see_each_others_names(anyio_backend):
     calls, q = recorder()
-    alice_ran, bob_done = anyio.Event(), anyio.Event()
-
-    def on_alice(event):
-        if event.kind == "shadow_statement":
-            alice_ran.set()
 
     async def alice_stream():
         yield "```repl\nn = len(secret)\n"
@@ -152,11 +144,7 @@ async def test_turns_on_one_worker_never_see_each_others_names(anyio_backend):
 
     async def bob_turn(pool, results):
         await alice_ran.wait()                 # alice's names are in the worker
-        bob_ran = anyio.Event()
-
-        def on_bob(event):
-            if event.kind == "shadow_statement":
-                bob_ran.set()
+        bob_ran, on_bob = statement_gate()
 
         async def bob_stream():
             yield "```repl\nr = q(secret)\n"
@@ -169,7 +157,7 @@ async def test_turns_on_one_worker_never_see_each_others_names(anyio_backend):
 
     for compromised in (False, True):
         calls.clear()
-        alice_ran, bob_done = anyio.Event(), anyio.Event()
+        (alice_ran, on_alice), bob_done = statement_gate(), anyio.Event()
         pool = CompromisedPool("keep_names") if compromised else ShadowPool(1)
         with pool:
             results: dict = {}
@@ -202,7 +190,8 @@ async def _hog_and_good_turn(slice_seconds: float) -> tuple:
     statement had been shadowed, H's result, G's result)."""
     calls, q = recorder()
     limits = ShadowWorkerLimits(slice_seconds=slice_seconds, cpu_seconds_per_turn=120.0)
-    g_ran, g_done, h_first = anyio.Event(), anyio.Event(), anyio.Event()
+    g_ran, g_done = anyio.Event(), anyio.Event()
+    h_first, on_h = statement_gate()
     cpu_at_g: list[float] = []
     results: dict = {}
     with ShadowPool(1, limits) as pool:
@@ -212,10 +201,6 @@ async def _hog_and_good_turn(slice_seconds: float) -> tuple:
             if event.kind == "shadow_statement" and not g_ran.is_set():
                 cpu_at_g.append(_cpu_seconds(worker.pid))
                 g_ran.set()
-
-        def on_h(event):
-            if event.kind == "shadow_statement":
-                h_first.set()
 
         async def h_stream():
             yield "```repl\nt = 0\nfor i in range(1_000_000):\n    t = t + i\nu = 1\n"
@@ -295,7 +280,7 @@ async def _later_lease(pool, seconds: float):
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
 async def test_a_worker_that_dies_or_freezes_costs_its_turns_only_their_speculation(
         anyio_backend, sig):
-    before = _children()
+    before = child_pids()
     pool = ShadowPool(1, ShadowWorkerLimits(freeze_seconds=5.0))
     try:
         (worker,) = pool.workers()
@@ -317,7 +302,7 @@ async def test_a_worker_that_dies_or_freezes_costs_its_turns_only_their_speculat
         pool.release(lane, reusable=True)
     finally:
         pool.shutdown()
-    assert _children() - before == set()
+    assert child_pids() - before == set()
 
 
 async def test_negative_control_a_stopped_worker_within_its_freeze_time_is_leased_again(
@@ -411,3 +396,93 @@ def test_the_worker_load_is_read_from_proc():
         assert worker.load(real + 10.0) >= 0.0   # a rate over the window
     finally:
         pool.shutdown()
+
+
+# ------------------------------------------------------------------ requests read by another lane
+async def _launch_read_by_the_other_lane() -> dict:
+    """Turns a and b on one test-driven worker: the worker asks for a launch of
+    q(99) in b's lane while a's lane reads the channel, so a's task answers it.
+    Returns the context variable each call of q saw, by argument."""
+    import contextvars
+
+    from test_shadow_process import _FakePool, _read_command
+
+    who: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="-")
+    seen: dict = {}
+    launched = anyio.Event()
+
+    @spectool.tool(speculate="pure")
+    async def q(x: int) -> int:
+        seen[x] = who.get()
+        if x == 99:
+            launched.set()
+        return x * 10
+
+    pool = _FakePool()
+    try:
+        (worker,) = pool.workers()
+
+        def send(lease, msg):
+            pool.peer.send(proto.lease_frame(lease, proto.encode_reply(msg)))
+
+        async def fake_worker():
+            buf = bytearray()
+            send(proto.NO_LEASE, ("ready",))
+            statements = []
+            while True:
+                lease, cmd = await _read_command(pool.peer, buf)
+                if cmd[0] in ("tail", "ahead"):
+                    send(lease, ("bets", []))
+                elif cmd[0] == "refresh":
+                    send(lease, ("looking", False))
+                elif cmd[0] == "statement":
+                    statements.append(lease)
+                    if len(statements) == 2:      # a reads; the request is b's
+                        send(statements[1], ("launch", "q", (99,), {}, "statement"))
+                        _, reply = await _read_command(pool.peer, buf)
+                        assert reply[0] == "reply"
+                        for done in statements:
+                            send(done, ("done",))
+
+        async def stream():
+            yield "```repl\nx = q(1)\n"
+            await launched.wait()
+            yield "print(x)\n```\n"
+
+        async def turn(name):
+            who.set(name)
+            await spectool.Runtime([q], mode="spec", shadow_pool=pool).run(stream())
+
+        async def turns():
+            async with anyio.create_task_group() as inner:
+                inner.start_soon(turn, "a")
+                while not worker.waiting:          # a's statement is out first
+                    await anyio.lowlevel.checkpoint()
+                inner.start_soon(turn, "b")
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(fake_worker)
+                await turns()
+                tg.cancel_scope.cancel()
+        return seen
+    finally:
+        pool.shutdown()
+        for peer in pool.peers:
+            peer.close()
+
+
+async def test_a_request_answered_by_another_lane_runs_in_its_own_turns_context(
+        anyio_backend):
+    assert (await _launch_read_by_the_other_lane())[99] == "b"
+
+
+async def test_negative_control_answered_in_the_readers_context_it_sees_the_other_turns(
+        anyio_backend, monkeypatch):
+    import types
+
+    import spectool._shadow_process as sp
+    passthrough = types.SimpleNamespace(run=lambda f, *a: f(*a))
+    monkeypatch.setattr(sp, "contextvars",
+                        types.SimpleNamespace(copy_context=lambda: passthrough))
+    assert (await _launch_read_by_the_other_lane())[99] == "a"

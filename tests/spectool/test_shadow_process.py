@@ -22,7 +22,7 @@ import pytest
 import spectool
 from spectool import shadow_protocol as proto
 from spectool.shadow_pool import ShadowPool, ShadowWorkerLimits, WorkerProcess
-from rt_helpers import chunks, fenced
+from rt_helpers import child_pids, chunks, fenced
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOST = os.path.join(HERE, "shadow_attack_host.py")
@@ -180,25 +180,11 @@ async def test_when_every_worker_is_leased_the_turn_runs_without_speculation(any
         assert pool.refused >= 1 and pool.leased == 0
 
 
-def _children() -> set[int]:
-    me = str(os.getpid())
-    found = set()
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[1] == me:
-                        found.add(int(name))
-            except OSError:
-                pass
-    return found
-
-
 @pytest.mark.anyio
 async def test_busy_worker_is_killed_at_turn_end_and_nothing_leaks(anyio_backend):
     from spectool.shadow import Limits
     slow = "total = 0\nfor i in range(10**9):\n    total += i % 7\nprint(total > -1)\n"
-    before = _children()
+    before = child_pids()
     pool = ShadowPool(1)
     rt = spectool.Runtime([], mode="spec", shadow_pool=pool,
                           limits=Limits(max_steps=10**12, max_seconds=600.0,
@@ -214,15 +200,15 @@ async def test_busy_worker_is_killed_at_turn_end_and_nothing_leaks(anyio_backend
     assert pool.leased == 0
     pool.shutdown()
     assert pool.pids() == set()
-    assert _children() - before == set()
-    assert warm_pid not in _children()
+    assert child_pids() - before == set()
+    assert warm_pid not in child_pids()
 
 
 def test_negative_control_the_leak_check_sees_a_live_child():
-    before = _children()
+    before = child_pids()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert child.pid in _children() - before
+        assert child.pid in child_pids() - before
     finally:
         child.kill()
         child.wait()
