@@ -44,8 +44,11 @@ Failure is contained to a missed speed-up: a worker that dies (crash, RLIMIT_AS,
 RLIMIT_CPU), sends a malformed or out-of-step message, is left half-written to, or is
 stuck is killed; every turn on it goes on without speculation, and the real run,
 which never waits for the shadow, produces baseline's results. A turn that ends
-while its command runs leaves it to finish within its CPU slice (the worker drops the
-turn's session when it reads the turn's ``end``; a request of that turn is abandoned).
+while its command runs on a worker serving other turns too leaves it to finish within
+its CPU slice (the worker drops the turn's session when it reads the turn's ``end``; a
+request of that turn is abandoned); on a worker serving it alone the command is
+interrupted (SIGUSR1) and, still busy after ``STOP_GRACE_SECONDS``, the worker is
+killed.
 When no worker can take the turn it goes on without speculation (trace event
 ``shadow_unavailable``); while its message still streams it tries again whenever the
 queue changes, and a lane freed meanwhile catches up on the queued statements
@@ -58,7 +61,9 @@ import contextvars
 import dataclasses
 import functools
 import itertools
+import os
 import re
+import signal
 import threading
 import unicodedata
 from typing import Any, Mapping
@@ -79,6 +84,10 @@ __all__ = ["ProcessShadowDriver"]
 _IDENT = re.compile(r"[^\W\d]\w*")
 _OVERLAP = 256     # characters of the previous tail rescanned (longer names: see feed_tail)
 # Flood bounds (see the module docstring).
+# How long a turn that ends while its worker computes for it alone waits for the
+# interrupt to take effect (the interpreter checks every few thousand steps) before
+# the worker is killed.
+STOP_GRACE_SECONDS = 0.25
 MAX_LOOKAHEAD_FRAMES = 8
 MAX_LOOKAHEAD_BETS = 1024
 MAX_STALE_FRAMES = 64
@@ -190,6 +199,7 @@ class ProcessShadowDriver(QueueDriver):
         self.owner = owner
         self._lease_id = proto.NO_LEASE
         self._lane: Lane | None = None
+        self._busy = False     # still computing after the drain's interrupt and grace
         self._max_items = (limits or Limits()).max_namespace_items
         self._copier = _turn_copier(self._max_items)
         # names too large to copy on the loop, copied by the shadow task in a thread
@@ -360,8 +370,38 @@ class ProcessShadowDriver(QueueDriver):
             self.failed = True
             self._phase = "broken"
             self.trace.add("shadow_error", where="protocol", error=str(exc))
+        except anyio.get_cancelled_exc_class():
+            if self._phase == "awaiting" and list(worker.lanes) == [lane.lease]:
+                with anyio.CancelScope(shield=True):
+                    await self._drain(lane)
+                self._busy = self._phase == "awaiting"
+            raise
         finally:
             self._release(lane)
+
+    async def _drain(self, lane: Lane) -> None:
+        """The turn ended while the worker, which serves no other turn, computes for
+        it: interrupt it (SIGUSR1 -> the running interpreter's ``interrupt()``),
+        decline its requests, and wait at most ``STOP_GRACE_SECONDS`` for its final
+        reply; past that it stays busy (killed at release)."""
+        try:
+            os.kill(lane.pid, signal.SIGUSR1)
+        except OSError:
+            return
+        decline = proto.encode_command(("reply", None), lane.lease)
+        lane.on_request = lambda request: decline
+        with anyio.move_on_after(STOP_GRACE_SECONDS):
+            try:
+                while True:
+                    reply = await self._read()
+                    if proto.is_final(reply):
+                        self._phase = "rest"
+                        lane.got_reply()
+                        return
+                    if proto.is_request(reply):
+                        await lane.send(decline)
+            except (WorkerDied, proto.ProtocolError):
+                self._phase = "broken"
 
     def _release(self, lane: Lane) -> None:
         """The lane closes: the worker drops this turn's session (a command still
@@ -373,7 +413,7 @@ class ProcessShadowDriver(QueueDriver):
             self._worker = None
             self.pool.release(lane, reusable=self._phase != "broken",
                               outstanding=self._phase != "rest",
-                              excuse=MAX_LOOKAHEAD_FRAMES + 2)
+                              excuse=MAX_LOOKAHEAD_FRAMES + 2, busy=self._busy)
 
     async def _serve(self) -> None:
         from ._shadow_driver import tool_infos

@@ -29,7 +29,9 @@ Failure of a worker costs the turns on it their speculation, never their results
 worker that dies, sends a malformed or out-of-step frame, is left half-written to or
 is *stuck* (a command outstanding, nothing read from it for ``freeze_seconds``) is
 killed; every lane on it fails (its turn goes on without speculation) and the worker
-is replaced as leases need. A worker whose last lane is released goes back to the
+is replaced as leases need. So is one still busy for a turn that has ended when that
+turn was its only one (its other turns would otherwise lose nothing by waiting out
+the command's slice). A worker whose last lane is released goes back to the
 idle workers; one that has served ``max_turns`` lanes is retired.
 
 Every lease names its *owner* (a runtime: ``lease(owner=runtime.id)``). Lanes keep
@@ -577,8 +579,9 @@ class ShadowPool:
             return False
         if self.isolate_runtimes and worker.turns and worker.owner != owner:
             return False
-        return not worker.lanes or (worker.load(now) < self.target_load
-                                    and worker.lag(now) < MAX_LAG_SECONDS)
+        if worker.lag(now) >= MAX_LAG_SECONDS:
+            return False
+        return not worker.lanes or worker.load(now) < self.target_load
 
     def _pick(self, owner: object) -> WorkerProcess | None:
         """The usable worker with the fewest lanes: among them this owner's (imports
@@ -608,14 +611,19 @@ class ShadowPool:
                 self._discard(worker)
 
     def release(self, lane: Lane, *, reusable: bool, outstanding: bool = False,
-                excuse: int = 0) -> None:
+                excuse: int = 0, busy: bool = False) -> None:
         """Turn end: the lane closes. A lane left out of step (``reusable`` false: a
-        frame half-sent, a broken reply) fails its worker, which is killed; a worker
-        without lanes goes back to the idle workers, unless it failed or is retired."""
+        frame half-sent, a broken reply) fails its worker, which is killed, and so
+        does one whose command is still running after an interrupt (``busy``) when it
+        is the worker's last lane; a worker without lanes goes back to the idle
+        workers, unless it failed or is retired."""
         with self._lock:
             worker = lane.worker
             if not reusable:
                 worker.fail(WorkerDied("left out of step"))
+            if busy and outstanding and list(worker.lanes) == [lane.lease]:
+                # busy for its only turn, which has ended: an unknown state, not reused
+                worker.fail(WorkerDied("busy when its last turn ended"))
             worker.close_lane(lane, outstanding=outstanding, excuse=excuse)
             if worker.failure is not None:
                 self._discard(worker)

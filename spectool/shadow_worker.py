@@ -21,7 +21,8 @@ lease of the turn it answers (:func:`spectool.shadow_protocol.lease_frame`). Com
 run one at a time, in arrival order, each under a CPU slice (``ITIMER_VIRTUAL``;
 SIGVTALRM interrupts the running turn's interpreter, whose shadow then stops for that
 turn only); RLIMIT_CPU, re-armed at each command, ends the process if one C call
-outlives every check. A statement runs until it finishes or waits on a handle; the
+outlives every check. SIGUSR1 interrupts the running command too (the host sends it
+when the only turn a worker serves ends while it computes). A statement runs until it finishes or waits on a handle; the
 interpreter's host calls (``launch``, ``observe``, ``lookahead_outcome``) become
 requests answered by the host's ``("reply", ...)`` (commands of other turns read
 meanwhile wait their turn; an ``end`` of the waiting turn abandons the request);
@@ -493,7 +494,8 @@ _MUX: list[Mux] = []
 
 
 def _on_slice_spent(signum: int, frame: Any) -> None:
-    """SIGVTALRM: the running command used up its slice."""
+    """SIGVTALRM: the running command used up its slice; SIGUSR1: the host ended the
+    turn of the running command (sent only while the worker serves that turn alone)."""
     for mux in _MUX:
         mux.interrupt()
 
@@ -502,6 +504,7 @@ def main(config_json: str) -> None:
     import json
     config = json.loads(config_json)
     signal.signal(signal.SIGVTALRM, _on_slice_spent)
+    signal.signal(signal.SIGUSR1, _on_slice_spent)     # the host: its only turn ended
     # import everything the shadow may use before the limits make imports impossible
     import _strptime  # noqa: F401  (datetime.strptime imports it on first use)
     import spectool.shadow  # noqa: F401

@@ -107,7 +107,7 @@ async def test_one_worker_serves_many_turns_at_once(anyio_backend):
             pool, 6, lambda i: f"a = q({i})\n", lambda i: "b = q(a)\nprint(a, b)\n")
         pids = {e.data["pid"] for r in results for e in r.trace.events
                 if e.kind == "shadow_worker"}
-        assert len(pids) == 1 and pool.spawned == 1
+        assert len(pids) == 1                       # one worker served all six
         assert all(r.stats.hits >= 1 for r in results)
         assert [r.stdout for r in results] == [f"{i * 10} {i * 100}\n" for i in range(6)]
         assert pool.leased == 0
@@ -258,15 +258,6 @@ async def _baseline(i: int):
         two_parts(f"a = q({i})\n", "b = q(a)\nprint(a, b)\n"))
 
 
-async def _outstanding_command(pool) -> None:
-    """A lane whose command the worker never answers, released with it outstanding."""
-    lane = pool.lease()
-    await lane.send(proto.encode_command(("begin", (), None, 60.0), lane.lease),
-                    proto.encode_command(("tail", "x = 1"), lane.lease))
-    lane.expect_reply()
-    pool.release(lane, reusable=True, outstanding=True)
-
-
 async def _later_lease(pool, seconds: float):
     """A lease ``seconds`` from now (the pool's clock moved on, nothing slept)."""
     real = shadow_pool._clock
@@ -293,9 +284,8 @@ async def test_a_worker_that_dies_or_freezes_costs_its_turns_only_their_speculat
                                                               base.error)
         assert pool.leased == 0 and not worker.lanes        # no lane leaked
         assert not worker._reading and not worker._sending  # no read or write left
-        if sig == signal.SIGSTOP:
-            await _outstanding_command(pool)
-        # dead, or stuck once freeze_seconds pass with a command and no frame
+        # the next turn gets a working worker: the dead one replaced; the stopped one
+        # killed, busy when its last turn ended or stuck past freeze_seconds
         lane = await _later_lease(pool, 10.0)
         assert lane is not None and lane.worker is not worker
         assert worker.doomed and worker.proc.wait(10) is not None
@@ -305,20 +295,38 @@ async def test_a_worker_that_dies_or_freezes_costs_its_turns_only_their_speculat
     assert child_pids() - before == set()
 
 
-async def test_negative_control_a_stopped_worker_within_its_freeze_time_is_leased_again(
-        anyio_backend):
-    pool = ShadowPool(1, ShadowWorkerLimits(freeze_seconds=600.0))
+async def _stuck_beside_an_open_lane(freeze_seconds: float):
+    """A worker serving two lanes is stopped; one lane's command stays unanswered and
+    that lane leaves; 10 s later (by the pool's clock) a lease is asked for. Returns
+    the stopped worker."""
+    pool = ShadowPool(1, ShadowWorkerLimits(freeze_seconds=freeze_seconds))
     try:
-        (worker,) = pool.workers()
-        await _concurrent_turns(pool, 2, lambda i: f"a = q({i})\n",
-                                lambda i: "b = q(a)\nprint(a, b)\n",
-                                between=_kill_worker(pool, signal.SIGSTOP))
-        await _outstanding_command(pool)
-        lane = await _later_lease(pool, 10.0)
-        assert lane is not None and lane.worker is worker      # not seen as stuck
-        pool.release(lane, reusable=True)
+        keeper, lane = pool.lease(), pool.lease()
+        worker = lane.worker
+        assert keeper.worker is worker
+        os.kill(worker.pid, signal.SIGSTOP)
+        await lane.send(proto.encode_command(("begin", (), None, 60.0), lane.lease),
+                        proto.encode_command(("tail", "x = 1"), lane.lease))
+        lane.expect_reply()
+        pool.release(lane, reusable=True, outstanding=True)
+        got = await _later_lease(pool, 10.0)
+        if got is not None:
+            pool.release(got, reusable=True)
+        pool.release(keeper, reusable=True)
+        return worker
     finally:
         pool.shutdown()
+
+
+async def test_a_worker_with_a_command_unanswered_past_its_freeze_time_is_killed(
+        anyio_backend):
+    worker = await _stuck_beside_an_open_lane(freeze_seconds=5.0)
+    assert worker.doomed and isinstance(worker.failure, shadow_pool.WorkerDied)
+
+
+async def test_negative_control_within_its_freeze_time_it_is_not_killed(anyio_backend):
+    worker = await _stuck_beside_an_open_lane(freeze_seconds=600.0)
+    assert worker.failure is None
 
 
 async def test_negative_control_a_skipped_release_shows_as_a_leaked_lane(anyio_backend,
@@ -443,6 +451,7 @@ async def _launch_read_by_the_other_lane() -> dict:
                         assert reply[0] == "reply"
                         for done in statements:
                             send(done, ("done",))
+                        return                    # later commands stay unanswered
 
         async def stream():
             yield "```repl\nx = q(1)\n"
