@@ -25,29 +25,39 @@ and every step is a command of :mod:`spectool.shadow_protocol`:
   (exceptions sanitised to builtin classes, as the interpreter does itself).
 * every read is asynchronous and every reply is decoded by the bounded plain-data
   decoder (``shadow_protocol.decode_reply``); nothing from the worker is unpickled.
-* a lease is bound to its turn: ``begin`` carries a fresh random nonce, every reply
-  must carry it, and a frame carrying another (one a worker left in the channel after
-  an earlier lease) is dropped. Floods are cut short: the loop gets a checkpoint after
-  every frame with more frames behind it, a command may be followed by at most ``MAX_LOOKAHEAD_FRAMES`` one-way
-  lookahead frames (a genuine worker sends at most one) of at most
-  ``MAX_LOOKAHEAD_BETS`` bets each, and a lease by at most ``MAX_STALE_FRAMES``
-  dropped frames; past either the worker is out of step and killed.
-* the worker is leased for this runtime (``owner``): one that served another runtime
-  last is first told to ``reset`` (before any of this runtime's data is sent), and a
-  pool with ``isolate_runtimes`` never hands it to another runtime at all.
+* the turn holds a *lane* of a worker (``ShadowPool.lease``), which other turns'
+  lanes share: a fresh random nonce (the lease) goes with every command, every reply
+  must carry it, the worker keeps this turn's interpreter and namespace apart from
+  every other lane's, and the host routes each reply to the lane of its lease and
+  drops a frame of no live lease (one a worker left in the channel after an earlier
+  turn). Floods are cut short: the loop gets a checkpoint after every frame with
+  more frames behind it, a command may be followed by at most
+  ``MAX_LOOKAHEAD_FRAMES`` one-way lookahead frames (a genuine worker sends at most
+  one) of at most ``MAX_LOOKAHEAD_BETS`` bets each, a lane holds at most
+  ``MAX_LOOKAHEAD_FRAMES + 2`` frames routed to it and not yet read, and a lane's
+  reads drop at most ``MAX_STALE_FRAMES`` frames (plus a few for each lane that left
+  a command outstanding); past any of these the worker is out of step and killed.
+* with ``isolate_runtimes`` the pool never hands a worker that served one runtime to
+  another (against a worker compromised by an escape from the interpreter).
 
 Failure is contained to a missed speed-up: a worker that dies (crash, RLIMIT_AS,
-RLIMIT_CPU), sends a malformed or out-of-step message, or is still busy when the turn
-ends is killed (its pool starts a replacement); the turn goes on without speculation,
-and the real run, which never waits for the shadow, produces baseline's results. When
-every worker is leased the turn goes on without speculation (trace event
+RLIMIT_CPU), sends a malformed or out-of-step message, is left half-written to, or is
+stuck is killed; every turn on it goes on without speculation, and the real run,
+which never waits for the shadow, produces baseline's results. A turn that ends
+while its command runs on a worker serving other turns too leaves it to finish within
+its CPU slice (the worker drops the turn's session when it reads the turn's ``end``; a
+request of that turn is abandoned); on a worker serving it alone the command is
+interrupted (SIGUSR1) and, still busy after ``STOP_GRACE_SECONDS``, the worker is
+killed.
+When no worker can take the turn it goes on without speculation (trace event
 ``shadow_unavailable``); while its message still streams it tries again whenever the
-queue changes, and a worker freed meanwhile catches up on the queued statements
-(``shadow_late``). No worker is left in an unknown state after its turn.
+queue changes, and a lane freed meanwhile catches up on the queued statements
+(``shadow_late``).
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import itertools
@@ -65,7 +75,7 @@ from . import shadow_protocol as proto
 from .host_budget import LOOP_COPY_ITEMS, OFFLOOP_COPY_ITEMS
 from ._shadow_driver import _END, QueueDriver
 from ._threads import run_in_worker
-from .shadow_pool import ShadowPool, WorkerDied, WorkerProcess
+from .shadow_pool import Lane, ShadowPool, WorkerDied, WorkerProcess
 from .store import Store
 from .trace import Trace
 
@@ -73,10 +83,11 @@ __all__ = ["ProcessShadowDriver"]
 
 _IDENT = re.compile(r"[^\W\d]\w*")
 _OVERLAP = 256     # characters of the previous tail rescanned (longer names: see feed_tail)
-# How long a turn that ends while its worker computes waits for the interrupt to take
-# effect (the interpreter checks every few thousand steps) before killing the worker.
-STOP_GRACE_SECONDS = 0.25
 # Flood bounds (see the module docstring).
+# How long a turn that ends while its worker computes for it alone waits for the
+# interrupt to take effect (the interpreter checks every few thousand steps) before
+# the worker is killed.
+STOP_GRACE_SECONDS = 0.25
 MAX_LOOKAHEAD_FRAMES = 8
 MAX_LOOKAHEAD_BETS = 1024
 MAX_STALE_FRAMES = 64
@@ -106,11 +117,12 @@ class _FrameWriter:
         return len(data)
 
 
-def _command_frame(msg: tuple) -> bytes:
-    """``proto.encode_command(msg)``, pickled a frame at a time (see _FrameWriter)."""
+def _command_frame(msg: tuple, lease: bytes) -> bytes:
+    """``proto.encode_command(msg, lease)``, pickled a frame at a time (see
+    _FrameWriter)."""
     import pickle
     writer = _FrameWriter()
-    pickle.Pickler(writer, protocol=pickle.HIGHEST_PROTOCOL).dump(msg)
+    pickle.Pickler(writer, protocol=pickle.HIGHEST_PROTOCOL).dump((lease, msg))
     return proto.frame(b"".join(writer.parts))
 
 
@@ -186,7 +198,8 @@ class ProcessShadowDriver(QueueDriver):
         self.pool = pool
         self.owner = owner
         self._lease_id = proto.NO_LEASE
-        self.stale_frames = 0
+        self._lane: Lane | None = None
+        self._busy = False     # still computing after the drain's interrupt and grace
         self._max_items = (limits or Limits()).max_namespace_items
         self._copier = _turn_copier(self._max_items)
         # names too large to copy on the loop, copied by the shadow task in a thread
@@ -275,7 +288,7 @@ class ProcessShadowDriver(QueueDriver):
             self._reading.set()            # the namespace is no longer read (freeze)
         if self._abandoned:
             return b""                     # nobody will send it
-        return _command_frame(("names", names))
+        return _command_frame(("names", names), self._lease_id)
 
     async def _names_frame(self) -> bytes | None:
         """The ``names`` command for what was fed since the last one, or None. Made
@@ -287,7 +300,7 @@ class ProcessShadowDriver(QueueDriver):
         deferred, self._deferred = self._deferred, []
         unsent, self._unsent_items = self._unsent_items, 0
         if not deferred and unsent <= LOOP_COPY_ITEMS:
-            frame = proto.encode_command(("names", names))
+            frame = proto.encode_command(("names", names), self._lease_id)
         else:
             self._copying = True
             self._reading.clear()
@@ -306,29 +319,41 @@ class ProcessShadowDriver(QueueDriver):
         self._copy_stop[0] = True
 
     # -- the shadow task ----------------------------------------------------------------
-    async def _lease(self) -> WorkerProcess | None:
-        """A worker now, or, while the message still streams, as soon as one is free
+    async def _lease(self) -> Lane | None:
+        """A lane now, or, while the message still streams, as soon as one is free
         when the queue next changes (the shadow then catches up on the queue); None
         once the stream has ended without one. The turn never waits for this."""
-        worker = self.pool.lease(self.owner)
-        if worker is not None:
-            return worker
-        self.trace.add("shadow_unavailable", reason="every shadow worker is leased")
+        lane = self.pool.lease(self.owner)
+        if lane is not None:
+            return lane
+        self.trace.add("shadow_unavailable", reason="no shadow worker can take the turn")
         while not self._closed and not (self._queue and self._queue[-1] is _END):
             await self._arrived.wait()
             self._arrived = anyio.Event()
-            worker = self.pool.lease(self.owner)
-            if worker is not None:
+            lane = self.pool.lease(self.owner)
+            if lane is not None:
                 self.trace.add("shadow_late", queued=len(self._queue))
-                return worker
+                return lane
         return None
 
+    @property
+    def stale_frames(self) -> int:
+        """Frames of no live lease this turn's reads dropped."""
+        return 0 if self._lane is None else self._lane.stale_frames
+
     async def run(self) -> None:
-        worker = await self._lease()
-        if worker is None:
+        lane = await self._lease()
+        if lane is None:
             self.failed = True
             return
-        self._worker = worker
+        self._lane = lane
+        # answered by whichever lane reads the frame: in this task's context, never in
+        # that lane's (a speculation started here must not see another session's
+        # context variables)
+        lane.on_request = functools.partial(contextvars.copy_context().run,
+                                            self._answer_frame)
+        self._worker = worker = lane.worker
+        self._lease_id = lane.lease
         self.trace.add("shadow_worker", pid=worker.pid)
         try:
             await self._serve()
@@ -336,7 +361,6 @@ class ProcessShadowDriver(QueueDriver):
             self.failed = True
         except WorkerDied as exc:
             self.failed = True
-            self._phase = "broken"
             with anyio.move_on_after(1.0):     # its exit status, for the trace
                 while worker.proc.poll() is None:
                     await anyio.sleep(0.005)
@@ -347,71 +371,59 @@ class ProcessShadowDriver(QueueDriver):
             self._phase = "broken"
             self.trace.add("shadow_error", where="protocol", error=str(exc))
         except anyio.get_cancelled_exc_class():
-            if self._phase == "awaiting":
+            if self._phase == "awaiting" and list(worker.lanes) == [lane.lease]:
                 with anyio.CancelScope(shield=True):
-                    await self._drain(worker)
+                    await self._drain(lane)
+                self._busy = self._phase == "awaiting"
             raise
         finally:
-            self._release(worker)
+            self._release(lane)
 
-    async def _drain(self, worker: WorkerProcess) -> None:
-        """The turn ended while the worker computes: interrupt it (SIGUSR1 -> the
-        interpreter's ``interrupt()``), decline its requests, and wait at most
-        ``STOP_GRACE_SECONDS`` for its final reply; past that it stays busy (killed)."""
+    async def _drain(self, lane: Lane) -> None:
+        """The turn ended while the worker, which serves no other turn, computes for
+        it: interrupt it (SIGUSR1 -> the running interpreter's ``interrupt()``),
+        decline its requests, and wait at most ``STOP_GRACE_SECONDS`` for its final
+        reply; past that it stays busy (killed at release)."""
         try:
-            os.kill(worker.pid, signal.SIGUSR1)
+            os.kill(lane.pid, signal.SIGUSR1)
         except OSError:
             return
+        decline = proto.encode_command(("reply", None), lane.lease)
+        lane.on_request = lambda request: decline
         with anyio.move_on_after(STOP_GRACE_SECONDS):
             try:
                 while True:
                     reply = await self._read()
                     if proto.is_final(reply):
                         self._phase = "rest"
+                        lane.got_reply()
                         return
                     if proto.is_request(reply):
-                        self._phase = "sending"
-                        await worker.send(proto.encode_command(("reply", None)))
-                        self._phase = "awaiting"
+                        await lane.send(decline)
             except (WorkerDied, proto.ProtocolError):
                 self._phase = "broken"
 
-    def _release(self, worker: WorkerProcess) -> None:
-        """Back to the pool if at rest (and told to drop its interpreter), else killed."""
+    def _release(self, lane: Lane) -> None:
+        """The lane closes: the worker drops this turn's session (a command still
+        outstanding finishes within its slice, its frames dropped); a lane left out of
+        step fails its worker (killed: its other turns go on without speculation)."""
         try:
             self.store.withdraw_bets()
         finally:
-            rest = (self._phase == "rest"
-                    and worker.send_nowait(proto.encode_command(("end",))))
             self._worker = None
-            self.pool.release(worker, reusable=rest)
+            self.pool.release(lane, reusable=self._phase != "broken",
+                              outstanding=self._phase != "rest",
+                              excuse=MAX_LOOKAHEAD_FRAMES + 2, busy=self._busy)
 
     async def _serve(self) -> None:
         from ._shadow_driver import tool_infos
-        worker = self._worker
-        assert worker is not None
-        if not worker.readied:
-            # a worker still starting gets no command until it says so: a turn that
-            # ends meanwhile leaves it clean, for the next lease to use
-            if await self._read() != ("ready",):
-                raise proto.ProtocolError("a worker must first say it is ready")
-            worker.readied = True
-        self._lease_id = os.urandom(proto.LEASE_BYTES)
-        if worker.reset_needed:
-            # it served another runtime last: it drops everything before our data
-            self._phase = "sending"
-            await worker.send(proto.encode_command(("reset",)))
-            self._phase = "rest"
-            worker.reset_needed = False
-            self.trace.add("shadow_reset", pid=worker.pid)
         infos = tool_infos(self.tools)
         tools = tuple((i.name, i.speculate, i.batched_of) for i in infos.values())
         # Limits cross as a plain dict of its fields (a subclass from user code would
         # not unpickle in the worker, which imports no user module)
         limits = None if self.limits is None else {
             f.name: getattr(self.limits, f.name) for f in dataclasses.fields(self.limits)}
-        await self._send(("begin", tools, limits, self.pool.limits.cpu_seconds_per_turn,
-                          self._lease_id))
+        await self._send(("begin", tools, limits, self.pool.limits.cpu_seconds_per_turn))
         while (item := await self._next()) is not _END:
             if self.failed:
                 continue
@@ -424,30 +436,34 @@ class ProcessShadowDriver(QueueDriver):
 
     # -- commands ---------------------------------------------------------------------------
     async def _send(self, msg: tuple) -> None:
-        assert self._worker is not None
+        assert self._lane is not None
         # made before anything is sent ("begin" starts an empty namespace)
         names = None if msg[0] == "begin" else await self._names_frame()
-        self._phase = "sending"
+        frames = [proto.encode_command(msg, self._lease_id)]
         if names is not None:
-            await self._worker.send(names)
-        await self._worker.send(proto.encode_command(msg))
+            frames.insert(0, names)
+        self._phase = "sending"
+        await self._lane.send(*frames)
         self._phase = "rest"
 
     async def _command(self, msg: tuple, finals: tuple[str, ...]) -> tuple:
         """Send a command; serve the worker's requests until its final reply."""
+        lane = self._lane
+        assert lane is not None
         await self._send(msg)
-        worker = self._worker
-        assert worker is not None
         self._phase = "awaiting"
+        lane.expect_reply()
         lookaheads = 0
         while True:
             reply = await self._read()
             kind = reply[0]
             if kind in finals:
                 self._phase = "rest"
+                lane.got_reply()
                 return reply
             if kind == "error":
                 self._phase = "rest"
+                lane.got_reply()
                 self.trace.add("shadow_error", where=msg[0], error=reply[1])
                 raise _Failed
             if kind == "lookahead":
@@ -455,30 +471,25 @@ class ProcessShadowDriver(QueueDriver):
                 if lookaheads > MAX_LOOKAHEAD_FRAMES:
                     raise proto.ProtocolError("a flood of lookahead frames")
                 self.store.lookahead_bets(reply[1][:MAX_LOOKAHEAD_BETS])
-            elif proto.is_request(reply):
-                answer = proto.encode_command(("reply", self._answer(reply)))
+            elif proto.is_request(reply):       # (the reader answers them first)
                 self._phase = "sending"
-                await worker.send(answer)
+                await lane.send(self._answer_frame(reply))
                 self._phase = "awaiting"
             else:
                 raise proto.ProtocolError(f"{kind!r} out of step after {msg[0]!r}")
 
     async def _read(self) -> tuple:
-        """The next reply of this lease: frames of another lease are dropped (at most
-        ``MAX_STALE_FRAMES`` per lease); a checkpoint after every frame that has more
-        behind it, so a flood never holds the event loop."""
-        worker = self._worker
-        assert worker is not None
-        while True:
-            payload = await worker.read_frame(proto.MAX_REPLY_BYTES + proto.LEASE_BYTES)
-            if worker.buffered:         # more frames already here: let the loop run first
-                await anyio.lowlevel.checkpoint()
-            lease, body = proto.split_lease(payload)
-            if lease == self._lease_id:
-                return proto.parse_reply(proto.decode_reply(body))
-            self.stale_frames += 1
-            if self.stale_frames > MAX_STALE_FRAMES:
-                raise proto.ProtocolError("a flood of frames from another lease")
+        """The next reply of this lane: the worker routes frames by lease and drops
+        those of no live lease (at most ``MAX_STALE_FRAMES`` per lane, plus a few
+        for each lane that left a command behind); a checkpoint after every frame
+        that has more behind it, so a flood never holds the event loop."""
+        assert self._lane is not None
+        return await self._lane.read(max_stale=MAX_STALE_FRAMES,
+                                     max_inbox=MAX_LOOKAHEAD_FRAMES + 2)
+
+    def _answer_frame(self, req: tuple) -> bytes:
+        """The ``reply`` command answering a request of the worker."""
+        return proto.encode_command(("reply", self._answer(req)), self._lease_id)
 
     def _answer(self, req: tuple) -> object:
         kind = req[0]

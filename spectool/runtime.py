@@ -90,8 +90,8 @@ class Runtime:
     max_output_bytes: default output cap for tools without their own.
     shadow_limits (alias ``limits``): a ``spectool.shadow.Limits`` for the shadow.
     worker_limits: a ``spectool.WorkerLimits`` for the subprocess executor.
-    shadow: where the shadow interpreter runs: ``"process"`` (default; a worker process
-    leased from ``shadow_pool``, isolated from the host by hard limits) or ``"thread"``
+    shadow: where the shadow interpreter runs: ``"process"`` (default; a lane of a worker
+    process of ``shadow_pool``, isolated from the host by hard limits) or ``"thread"``
     (worker threads of this process; not isolated). Default: ``$SPECTOOL_SHADOW`` or
     ``"process"``.
     shadow_pool: a ``spectool.ShadowPool`` (default: the process-wide pool).

@@ -1,55 +1,84 @@
-"""A bounded pool of warm shadow worker processes, shared by a host's runtimes.
+"""A pool of warm shadow worker processes, each serving many turns at once.
 
 One host process may serve many agent sessions at once; their runtimes share one pool
 (:func:`default_pool`, or a :class:`ShadowPool` passed as ``Runtime(shadow_pool=...)``).
-A turn *leases* a worker for its shadow (:meth:`ShadowPool.lease` never blocks: when
-every worker is leased it returns None and the turn runs without speculation) and
-*releases* it at turn end: a worker at rest (no command outstanding) goes back to the
-pool; any other (busy, crashed, out of step) is killed and replaced at once. So no
-worker outlives its turn's use of it in an unknown state.
+A turn *leases* a :class:`Lane` of a worker for its shadow (:meth:`ShadowPool.lease`
+never blocks: when no worker can take another turn it returns None and the turn runs
+without speculation) and *releases* it at turn end. A lane is one turn's share of a
+worker: its own lease nonce, interpreter and namespace in the worker (made at the
+turn's ``begin``, dropped at its ``end``), its own step and time budgets, and its own
+inbox of the worker's replies (routed by lease). One worker evaluates about 140k
+characters of model output a second, some 350 streams at 100 tokens/s, so a turn per
+worker would waste almost all of it.
 
-Every lease names its *owner* (a runtime: ``lease(owner=runtime.id)``). A worker
-never serves two runtimes' data without a reset: a worker last leased by another
-owner is handed out with ``reset_needed`` set, and the driver's first command then
-makes it drop everything it holds (interpreter, namespace) before it sees
-the new runtime's data. A genuine worker keeps nothing across leases in any case; a
-*compromised* one (an escape from the shadow interpreter) would ignore the reset, so
-a host whose runtimes must not see each other's data passes ``isolate_runtimes=True``:
-then a process that has served one runtime is never leased to another (a new owner
-takes a fresh worker, or one of the other owners' idle workers is killed and its
-fresh replacement taken), and half the pool is kept fresh, started ahead at the end
-of earlier turns. The price is a worker start (~0.2 s of a CPU) per new runtime, and
-a new runtime's first turns run on workers that have not served before.
+Sizing rule (measured load, not core count alone). ``size`` bounds the workers
+started (default :func:`default_size`: the CPU count within 2..32, since workers
+beyond the cores add no throughput). A lease goes to the started worker with the
+fewest lanes among those that can take one more: fewer than ``turns_per_worker``
+lanes (default 128: a bound on a worker's memory and on how long a command can wait
+behind the others' slices), a measured CPU load (the worker's user + system time
+over the last :data:`LOAD_WINDOW_SECONDS`, read from ``/proc``) below
+``target_load`` (default 0.8 of a core: past it the worker is at its throughput and
+another turn's streams would only lag), and a measured lag (how long its oldest
+outstanding command has waited) below :data:`MAX_LAG_SECONDS` (a worker starved of
+CPU by other work falls behind at a low load). When none can, a new worker starts if
+fewer than ``size`` are started; else the lease is refused. So the pool grows with the
+speculative work its turns really make, and stays small when that work is light.
+
+Failure of a worker costs the turns on it their speculation, never their results: a
+worker that dies, sends a malformed or out-of-step frame, is left half-written to or
+is *stuck* (a command outstanding, nothing read from it for ``freeze_seconds``) is
+killed; every lane on it fails (its turn goes on without speculation) and the worker
+is replaced as leases need. So is one still busy for a turn that has ended when that
+turn was its only one (its other turns would otherwise lose nothing by waiting out
+the command's slice). A worker whose last lane is released goes back to the
+idle workers; one that has served ``max_turns`` lanes is retired.
+
+Every lease names its *owner* (a runtime: ``lease(owner=runtime.id)``). Lanes keep
+turns apart inside a genuine worker; a *compromised* one (an escape from the shadow
+interpreter) could read every lane it serves, so a host whose runtimes must not see
+each other's data passes ``isolate_runtimes=True``: then a process that has served one
+runtime never serves another (a new owner takes a fresh worker, or one of the other
+owners' idle workers is killed and its fresh replacement taken), every started worker
+is kept warm and half the pool is kept fresh, started ahead at the end of earlier
+turns. The price is a worker start (~0.2 s of a CPU) per new runtime.
+
+A worker's lanes all belong to turns of one thread's event loop (the lane's reads and
+writes share the worker's channel without locks across threads); a lease from
+another thread takes another worker.
 
 Workers are started with ``subprocess.Popen`` (vfork + exec: well under a millisecond
-of the host's time; the child's imports run in the child), warm from the pool's
-creation on, and a lease may hand out one that is still starting: commands wait in the
-socket until it reads them, so the turn still never waits. The channel is one end of a
-``socketpair`` (the worker's fd 0); the host end is non-blocking and every read and
-write on it goes through ``anyio.wait_readable`` / ``wait_writable``, so the pool works
-from any event loop (asyncio or trio, several loops over a process's life). Killed
-workers are reaped without blocking (``poll``) and waited for at :meth:`shutdown`,
-which runs at interpreter exit for the default pool.
+of the host's time; the child's imports run in the child), and a lease may hand out
+one that is still starting: commands wait in the socket until it reads them, so the
+turn still never waits. The channel is one end of a ``socketpair`` (the worker's fd
+0); the host end is non-blocking and every read and write on it goes through
+``anyio.wait_readable`` / ``wait_writable``, so the pool works from any event loop
+(asyncio or trio, several loops over a process's life). Killed workers are reaped
+without blocking (``poll``) and waited for at :meth:`shutdown`, which runs at
+interpreter exit for the default pool.
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import json
 import os
 import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 import anyio
 import anyio.lowlevel
 
 from . import shadow_protocol as proto
 
-__all__ = ["ShadowWorkerLimits", "ShadowPool", "WorkerProcess", "WorkerDied", "default_pool"]
+__all__ = ["ShadowWorkerLimits", "ShadowPool", "WorkerProcess", "Lane", "WorkerDied",
+           "default_pool", "default_size"]
 
 _SPECTOOL_DIR = os.path.dirname(os.path.abspath(__file__))
 # run in the child with -I -S: a bare ``spectool`` package (its __init__ is not run)
@@ -62,15 +91,32 @@ _BOOTSTRAP = (
 )
 _ENV_KEPT = ("PATH", "LD_LIBRARY_PATH")   # -I ignores every PYTHON* variable anyway
 _CHUNK = 1 << 18          # bytes per socket read/write (then a checkpoint)
+LOAD_WINDOW_SECONDS = 0.5  # a worker's CPU load is measured over at least this long
+TURNS_PER_WORKER = 128     # default lanes of one worker
+TARGET_LOAD = 0.8          # default: a worker busier than this takes no new turn
+MAX_LAG_SECONDS = 0.5      # nor one whose oldest outstanding command waited this long
+# a reader routes frames already buffered for at most this long before it lets the
+# event loop run (a checkpoint per frame would make a busy loop the bottleneck)
+ROUTE_SLICE_SECONDS = 0.0005
+_HOST_ONLY = ("max_turns", "freeze_seconds")   # limits the worker is not told
+_clock = time.monotonic     # stuck and load measurements
 
 
 @dataclass(frozen=True)
 class ShadowWorkerLimits:
     """Hard limits of each shadow worker process.
 
-    memory_bytes: RLIMIT_AS (address space; the shadow's memory ceiling).
-    cpu_seconds_per_turn: RLIMIT_CPU soft limit re-armed at each lease (SIGXCPU).
+    memory_bytes: RLIMIT_AS (address space; the shadow's memory ceiling, shared by
+    the turns a worker serves).
+    cpu_seconds_per_turn: RLIMIT_CPU soft limit re-armed at each command: a command
+    stuck in one C call past its slice (no interpreter check can stop it) ends the
+    process by SIGXCPU within this many CPU seconds (its turns go on without
+    speculation).
     cpu_seconds_lifetime: RLIMIT_CPU hard limit of the process.
+    slice_seconds: CPU time one command may take before its turn's interpreter is
+    interrupted (that turn's shadow stops; the worker's other turns go on).
+    freeze_seconds: a worker with a command outstanding and nothing read from it for
+    this long is stuck and killed (its turns go on without speculation).
     nice: added to the worker's CPU niceness (the host keeps priority).
     max_turns: leases before a worker is retired and replaced.
     drop_root: when started as root, the worker switches to uid/gid 65534 (nobody)
@@ -78,10 +124,12 @@ class ShadowWorkerLimits:
     """
 
     memory_bytes: int = 1 << 30
-    cpu_seconds_per_turn: float = 60.0
+    cpu_seconds_per_turn: float = 3.0
     cpu_seconds_lifetime: float = 3600.0
+    slice_seconds: float = 1.0
+    freeze_seconds: float = 30.0
     nice: int = 10
-    max_turns: int = 1000
+    max_turns: int = 100_000
     drop_root: bool = True
 
     def __post_init__(self) -> None:
@@ -89,6 +137,8 @@ class ShadowWorkerLimits:
             raise ValueError("memory_bytes must be at least 64 MiB")
         if not self.cpu_seconds_per_turn > 0 or not self.cpu_seconds_lifetime > 0:
             raise ValueError("CPU limits must be positive")
+        if not self.slice_seconds > 0 or not self.freeze_seconds > 0:
+            raise ValueError("slice_seconds and freeze_seconds must be positive")
         if self.max_turns < 1:
             raise ValueError("max_turns must be at least 1")
 
@@ -97,8 +147,46 @@ class WorkerDied(Exception):
     """The worker's channel closed (it crashed, was killed or exited)."""
 
 
+class Lane:
+    """One turn's share of a worker: its lease nonce and the replies routed to it."""
+
+    def __init__(self, worker: "WorkerProcess", lease: bytes) -> None:
+        self.worker = worker
+        self.lease = lease
+        self.inbox: collections.deque[tuple] = collections.deque()
+        # the answer frame to a request of this lane (called by whichever lane reads)
+        self.on_request: Callable[[tuple], bytes] | None = None
+        self.stale_frames = 0                 # frames of no live lease it read
+        self._excused_at = worker.excused
+        self._wake: anyio.Event | None = None  # set while it waits to read
+
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    @property
+    def pid(self) -> int:
+        return self.worker.pid
+
+    async def send(self, *frames: bytes) -> None:
+        await self.worker.send_frames(frames)
+
+    async def read(self, *, max_stale: int, max_inbox: int) -> tuple:
+        """This turn's next reply; see
+        :meth:`WorkerProcess.read_for`."""
+        return await self.worker.read_for(self, max_stale, max_inbox)
+
+    def expect_reply(self) -> None:
+        """A command of this lane now awaits its final reply (for stuck detection)."""
+        self.worker.waiting.setdefault(self.lease, _clock())
+
+    def got_reply(self) -> None:
+        self.worker.waiting.pop(self.lease, None)
+
+
 class WorkerProcess:
-    """The host side of one worker: its process and its framed, non-blocking channel."""
+    """The host side of one worker: its process, its framed non-blocking channel, and
+    the lanes it serves."""
 
     def __init__(self, proc: subprocess.Popen, sock: socket.socket) -> None:
         self.proc = proc
@@ -107,7 +195,22 @@ class WorkerProcess:
         self.turns = 0
         self.readied = False     # its ("ready",) frame has been read: it serves commands
         self.owner: object = None   # the runtime whose data it has seen (None: fresh)
-        self.reset_needed = False   # leased to a new owner: its driver resets it first
+        self.thread: int | None = None   # the thread whose event loop its lanes use
+        self.lanes: dict[bytes, Lane] = {}
+        self.failure: BaseException | None = None   # WorkerDied / ProtocolError: done
+        self.waiting: dict[bytes, float] = {}   # lease -> when its command went out
+        self.progress_at = _clock()     # when a frame was last read
+        self.excused = 0         # stale frames excused by lanes that left a command
+        self.doomed = False      # killed (its socket closes with its last lane)
+        self._reading = False
+        self._sending = False
+        self._half_sent = False
+        self._pending_ends: list[bytes] = []
+        self._changed: anyio.Event | None = None    # senders wait on it
+        self._waiting_lanes: dict[bytes, Lane] = {}  # lanes waiting while another reads
+        self._routing_since = 0.0   # when the reader last let the loop run
+        self._cpu: tuple[float, float] | None = None   # (when, CPU seconds) last sample
+        self._load = 0.0
         self._buf = bytearray()
 
     @property
@@ -121,6 +224,7 @@ class WorkerProcess:
             return "running"
         return f"signal {-code}" if code < 0 else f"exit status {code}"
 
+    # ------------------------------------------------------------ channel, raw
     async def send(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
@@ -131,9 +235,12 @@ class WorkerProcess:
                 continue
             except OSError as exc:
                 raise WorkerDied(str(exc)) from None
+            if n:
+                self._half_sent = True
             view = view[n:]
             if view:
                 await anyio.lowlevel.checkpoint()
+        self._half_sent = False
 
     @property
     def buffered(self) -> int:
@@ -141,11 +248,15 @@ class WorkerProcess:
         return len(self._buf)
 
     def send_nowait(self, data: bytes) -> bool:
-        """Send a small frame without waiting; False if it did not go out whole."""
+        """Send a small frame without waiting; False if it did not go out whole
+        (a part that went out leaves the channel out of step: the worker fails)."""
         try:
-            return self.sock.send(data) == len(data)
+            n = self.sock.send(data)
         except OSError:
-            return False
+            n = 0
+        if 0 < n < len(data):
+            self.fail(WorkerDied("a frame was left half-sent"))
+        return n == len(data)
 
     async def read_frame(self, max_bytes: int = proto.MAX_REPLY_BYTES) -> bytes:
         """The next frame's payload; ProtocolError if it announces more than max_bytes."""
@@ -172,116 +283,362 @@ class WorkerProcess:
             buf += chunk
             await anyio.lowlevel.checkpoint()
 
+    # ------------------------------------------------------------ lanes
+    def fail(self, exc: BaseException) -> None:
+        """The worker can serve no lane any more (the pool kills it at release)."""
+        if self.failure is None:
+            self.failure = exc
+        self._signal()
+        for lane in list(self._waiting_lanes.values()):
+            lane.wake()
+
+    def _hand_off(self) -> None:
+        """Nobody reads the channel: wake one waiting lane to read it."""
+        if not self._reading:
+            for lane in self._waiting_lanes.values():
+                lane.wake()
+                return
+
+    def _raise_failure(self) -> None:
+        exc = self.failure
+        if exc is not None:
+            raise type(exc)(*exc.args)
+
+    def _signal(self) -> None:
+        ev, self._changed = self._changed, None
+        if ev is not None:
+            ev.set()
+
+    async def _wait_change(self) -> None:
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
+
+    async def send_frames(self, frames: tuple[bytes, ...]) -> None:
+        """Send whole frames for one lane; lanes take turns on the channel. A frame
+        left half-sent (cancelled or failed mid-frame) fails the worker."""
+        while self._sending:
+            self._raise_failure()
+            await self._wait_change()
+        self._raise_failure()
+        self._sending = True
+        try:
+            for data in frames:
+                await self.send(data)
+            while self._pending_ends:
+                await self.send(self._pending_ends.pop(0))
+        except BaseException as exc:
+            if self._half_sent:
+                self.fail(WorkerDied("a frame was left half-sent"))
+            elif isinstance(exc, WorkerDied):
+                self.fail(exc)
+            raise
+        finally:
+            self._sending = False
+            self._signal()
+
+    async def read_for(self, lane: Lane, max_stale: int, max_inbox: int) -> tuple:
+        """The next reply of ``lane``, decoded and checked (``parse_reply``). One lane
+        at a time reads the channel and routes each frame to the lane of its lease
+        (a request of a lane with ``on_request`` is answered at once, by the reader):
+        frames of no live lease are dropped (at most ``max_stale`` per lane, plus a
+        few for each lane that left with a command outstanding), a lane holds at
+        most ``max_inbox`` replies not yet taken; past either, or on any broken
+        frame, the worker fails for every lane."""
+        while True:
+            if lane.inbox:
+                self._hand_off()
+                return lane.inbox.popleft()
+            self._raise_failure()
+            if self._reading:
+                # woken when a frame is routed to it, when the reader leaves, or on failure
+                lane._wake = anyio.Event()
+                self._waiting_lanes[lane.lease] = lane
+                try:
+                    await lane._wake.wait()
+                except BaseException:
+                    self._waiting_lanes.pop(lane.lease, None)
+                    self._hand_off()          # it may have been the one woken to read
+                    raise
+                self._waiting_lanes.pop(lane.lease, None)
+                continue
+            self._reading = True
+            try:
+                payload = await self.read_frame(proto.MAX_REPLY_BYTES + proto.LEASE_BYTES)
+                self.progress_at = _clock()
+                lease, body = proto.split_lease(payload)
+                target = self.lanes.get(lease)
+                if not self.readied:
+                    if (lease != proto.NO_LEASE
+                            or proto.parse_reply(proto.decode_reply(body)) != ("ready",)):
+                        raise proto.ProtocolError("a worker must first say it is ready")
+                    self.readied = True
+                elif target is None:
+                    self.waiting.pop(lease, None)     # a lane that left: its command ended
+                    lane.stale_frames += 1
+                    if lane.stale_frames > max_stale + self.excused - lane._excused_at:
+                        raise proto.ProtocolError("a flood of frames from another lease")
+                elif len(target.inbox) >= max_inbox:
+                    raise proto.ProtocolError("a flood of frames for another lease")
+                else:
+                    msg = proto.parse_reply(proto.decode_reply(body))
+                    if target.on_request is not None and proto.is_request(msg):
+                        # answered here: the worker waits for it, so no task hop
+                        await self.send_frames((target.on_request(msg),))
+                    else:
+                        target.inbox.append(msg)
+                        if target is not lane:
+                            target.wake()
+            except BaseException as exc:
+                self._reading = False
+                if isinstance(exc, (WorkerDied, proto.ProtocolError)):
+                    self.fail(exc)
+                else:
+                    self._hand_off()          # cancelled while reading
+                raise
+            self._reading = False
+            if self.buffered and time.perf_counter() - self._routing_since > ROUTE_SLICE_SECONDS:
+                # more frames already here, and this reader has routed for a slice of
+                # the loop's time: let the loop run first
+                await anyio.lowlevel.checkpoint()
+                self._routing_since = time.perf_counter()
+            elif not self.buffered:
+                self._routing_since = time.perf_counter()
+
+    def open_lane(self) -> Lane:
+        lane = Lane(self, os.urandom(proto.LEASE_BYTES))
+        self.lanes[lane.lease] = lane
+        return lane
+
+    def close_lane(self, lane: Lane, *, outstanding: bool, excuse: int) -> None:
+        """The lane's turn is over: the worker is told to drop its session (now, or
+        after the frame another lane is sending); a command it left outstanding may
+        still send up to ``excuse`` frames, excused from the other lanes' stale
+        bounds."""
+        if self.lanes.pop(lane.lease, None) is None:
+            return
+        lane.inbox.clear()
+        if outstanding:
+            self.excused += excuse
+        else:
+            self.waiting.pop(lane.lease, None)
+        if self.failure is None and self.sock.fileno() != -1:
+            end = proto.encode_command(("end",), lane.lease)
+            if self._sending or not self.send_nowait(end):
+                if self.failure is None:
+                    self._pending_ends.append(end)
+        if not self.lanes:
+            self._changed = None        # the next lanes may run under another loop
+            self.thread = None
+
+    @property
+    def unsent_ends(self) -> bool:
+        return bool(self._pending_ends)
+
+    def stuck(self, freeze_seconds: float, now: float) -> bool:
+        """A command is outstanding and nothing came back for ``freeze_seconds``."""
+        if not self.waiting or self._buf:
+            return False
+        since = max(self.progress_at, min(self.waiting.values()))
+        if now - since <= freeze_seconds:
+            return False
+        try:
+            return not self.sock.recv(1, socket.MSG_PEEK)   # b"": closed, so stuck too
+        except BlockingIOError:
+            return True
+        except OSError:
+            return True
+
+    def lag(self, now: float) -> float:
+        """How long its oldest outstanding command has waited (0 if none): a worker
+        that is busy, or starved of CPU by other work, falls behind."""
+        return now - min(self.waiting.values()) if self.waiting else 0.0
+
+    def load(self, now: float) -> float:
+        """Cores' worth of CPU the worker used over the last LOAD_WINDOW_SECONDS or
+        more (user + system time from ``/proc``; 0 where that cannot be read)."""
+        if self._cpu is not None and now - self._cpu[0] < LOAD_WINDOW_SECONDS:
+            return self._load
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return 0.0
+        if self._cpu is not None:
+            self._load = (cpu - self._cpu[1]) / (now - self._cpu[0])
+        self._cpu = (now, cpu)
+        return self._load
+
     def kill(self) -> None:
+        """Kill the process; the socket closes now, or with the last lane (whose
+        reads then see the channel close)."""
+        self.doomed = True
         try:
             self.proc.kill()
         except OSError:
             pass
-        self.sock.close()
+        if self.lanes:
+            self.fail(WorkerDied("worker killed"))
+        else:
+            self.sock.close()
 
 
 def default_size() -> int:
-    """Workers in the default pool: ``SPECTOOL_SHADOW_WORKERS``, else twice the CPU
-    count within 8..32. A worker serves one turn at a time (~15 MB each), so size the
-    pool to the sessions a host runs at once: a turn that finds none free runs
-    without speculation."""
+    """Most workers in the default pool: ``SPECTOOL_SHADOW_WORKERS``, else the CPU
+    count within 2..32 (each worker serves many turns; see the module docstring)."""
     env = os.environ.get("SPECTOOL_SHADOW_WORKERS")
     if env:
         return max(1, int(env))
-    return min(32, max(8, 2 * (os.cpu_count() or 2)))
+    return min(32, max(2, os.cpu_count() or 2))
 
 
 class ShadowPool:
-    """A bounded set of warm shadow workers (see the module docstring).
+    """Warm shadow workers, each serving many turns (see the module docstring).
 
-    size: workers (leased + idle) kept alive. limits: :class:`ShadowWorkerLimits`.
-    warm: start them now (else on first lease). isolate_runtimes: never lease a
-    process that has served one runtime to another (see the module docstring)."""
+    size: most workers started at once (default :func:`default_size`). limits:
+    :class:`ShadowWorkerLimits`. warm: start the first workers now (else on first
+    lease). isolate_runtimes: never lease a process that has served one runtime to
+    another. turns_per_worker: most lanes of one worker. target_load: a worker
+    busier than this (cores' worth of CPU) takes no new turn."""
 
     bootstrap = _BOOTSTRAP     # the worker's ``-c`` program
 
     def __init__(self, size: int | None = None, limits: ShadowWorkerLimits | None = None,
-                 *, warm: bool = True, isolate_runtimes: bool = False) -> None:
+                 *, warm: bool = True, isolate_runtimes: bool = False,
+                 turns_per_worker: int = TURNS_PER_WORKER,
+                 target_load: float = TARGET_LOAD) -> None:
         self.isolate_runtimes = bool(isolate_runtimes)
         self.size = default_size() if size is None else int(size)
         if self.size < 1:
             raise ValueError("a shadow pool needs at least one worker")
+        self.turns_per_worker = int(turns_per_worker)
+        if self.turns_per_worker < 1:
+            raise ValueError("turns_per_worker must be at least 1")
+        if not target_load > 0:
+            raise ValueError("target_load must be positive")
+        self.target_load = float(target_load)
         self.limits = limits or ShadowWorkerLimits()
         if not isinstance(self.limits, ShadowWorkerLimits):
             raise TypeError("limits must be a ShadowWorkerLimits")
+        # isolated pools keep every worker started (fresh ones wait for new runtimes)
+        self.warm_workers = self.size if self.isolate_runtimes else min(self.size, 2)
         self._lock = threading.Lock()
-        self._idle: list[WorkerProcess] = []
-        self._leased: set[WorkerProcess] = set()
+        self._idle: list[WorkerProcess] = []       # started, no lane
+        self._leased: set[WorkerProcess] = set()   # serving at least one lane
         self._dying: list[subprocess.Popen] = []
         self._closed = False
         self.spawned = 0       # processes started
-        self.killed = 0        # processes killed (busy at turn end, crashed, retired)
-        self.leases = 0        # successful leases
-        self.refused = 0       # leases refused: every worker was leased
-        self.reset = 0         # idle workers of another owner replaced for a lease
+        self.killed = 0        # processes killed (failed, stuck, retired, replaced)
+        self.leases = 0        # lanes handed out
+        self.refused = 0       # leases refused: no worker could take another turn
+        self.reset = 0         # idle workers of another owner replaced (isolated pools)
         if warm:
             with self._lock:
                 self._fill()
 
     # ---------------------------------------------------------------- leasing
-    def lease(self, owner: object = None) -> WorkerProcess | None:
-        """An idle worker for ``owner`` (a runtime's id; None: one anonymous owner), or
-        None when all are leased (never blocks). A worker last leased by another owner
-        comes with ``reset_needed`` set, or, with ``isolate_runtimes``, is never
-        handed out (see the module docstring)."""
+    def lease(self, owner: object = None) -> Lane | None:
+        """A lane of a worker for ``owner`` (a runtime's id; None: one anonymous
+        owner), or None when no worker can take another turn (never blocks)."""
         with self._lock:
             self._reap()
             if self._closed:
                 return None
-            self._fill()
-            while self._idle:
-                worker = self._pick(owner)
-                if worker is None:      # isolated: only other owners' workers; replace one
-                    self._discard(self._idle.pop(0))
+            self._drop_broken()
+            worker = self._pick(owner)
+            if worker is None and len(self._idle) + len(self._leased) < self.size:
+                worker = self._spawn()
+                self._idle.insert(0, worker)
+            if worker is None and self.isolate_runtimes:
+                others = [w for w in self._idle if w.owner is not None and w.owner != owner]
+                if others:            # replace another owner's idle worker
+                    self._idle.remove(others[0])
+                    self._discard(others[0])
                     self.reset += 1
-                    self._fill()
-                    continue
+                    worker = self._spawn()
+                    self._idle.insert(0, worker)
+            if worker is None:
+                self.refused += 1
+                return None
+            if worker in self._idle:
                 self._idle.remove(worker)
-                if worker.alive:
-                    self._leased.add(worker)
-                    worker.reset_needed = bool(worker.turns) and worker.owner != owner
-                    worker.turns += 1
-                    worker.owner = owner
-                    self.leases += 1
-                    return worker
-                self._discard(worker)
-                self._fill()
-            self.refused += 1
-            return None
+                self._leased.add(worker)
+            worker.turns += 1
+            worker.owner = owner
+            worker.thread = threading.get_ident()
+            self.leases += 1
+            return worker.open_lane()
+
+    def _usable(self, worker: WorkerProcess, owner: object, thread: int, now: float) -> bool:
+        if worker.failure is not None or worker.doomed or not worker.alive:
+            return False
+        if worker.turns >= self.limits.max_turns or worker.unsent_ends:
+            return False
+        if worker.thread not in (None, thread) or len(worker.lanes) >= self.turns_per_worker:
+            return False
+        if self.isolate_runtimes and worker.turns and worker.owner != owner:
+            return False
+        if worker.lag(now) >= MAX_LAG_SECONDS:
+            return False
+        return not worker.lanes or worker.load(now) < self.target_load
 
     def _pick(self, owner: object) -> WorkerProcess | None:
-        """This owner's warm worker (it has served before: imports done), else (not
-        isolated) any warm one, else a fresh one; new workers sit at the front of the
-        idle list, the last released at the end."""
-        mine = [w for w in self._idle if w.turns and w.owner == owner]
-        fresh = [w for w in self._idle if not w.turns]
-        groups = [mine] if self.isolate_runtimes else [mine, self._idle]
-        for group in groups:
-            ready = [w for w in group if w.readied]
-            if ready:
-                return ready[-1]
-        if fresh:
-            return fresh[-1]
-        return None if self.isolate_runtimes or not self._idle else self._idle[-1]
+        """The usable worker with the fewest lanes: among them this owner's (imports
+        done), then ones that said they are ready, then the rest (isolated pools:
+        this owner's, else a fresh one)."""
+        now = _clock()
+        thread = threading.get_ident()
+        usable = [w for w in [*self._leased, *self._idle]
+                  if self._usable(w, owner, thread, now)]
+        if not usable:
+            return None
+        return min(usable, key=lambda w: (len(w.lanes), not (w.turns and w.owner == owner),
+                                          not w.readied))
 
-    def release(self, worker: WorkerProcess, *, reusable: bool) -> None:
-        """Turn end: a worker at rest returns to the pool; any other is killed and
-        replaced."""
-        with self._lock:
-            self._leased.discard(worker)
-            if (reusable and not self._closed and worker.alive
-                    and worker.turns < self.limits.max_turns):
-                self._idle.append(worker)
-                self._keep_spare()
-            else:
+    def _drop_broken(self) -> None:
+        """Kill idle workers that failed or died, and stuck ones (see
+        ``ShadowWorkerLimits.freeze_seconds``); their lanes fail."""
+        now = _clock()
+        for worker in [*self._idle, *self._leased]:
+            if worker.doomed:
+                continue
+            if (worker.failure is not None or not worker.alive
+                    or worker.stuck(self.limits.freeze_seconds, now)):
+                worker.fail(WorkerDied("stuck" if worker.alive else "exited"))
+                if worker in self._idle:
+                    self._idle.remove(worker)
                 self._discard(worker)
-                if not self._closed:
-                    self._fill()
+
+    def release(self, lane: Lane, *, reusable: bool, outstanding: bool = False,
+                excuse: int = 0, busy: bool = False) -> None:
+        """Turn end: the lane closes. A lane left out of step (``reusable`` false: a
+        frame half-sent, a broken reply) fails its worker, which is killed, and so
+        does one whose command is still running after an interrupt (``busy``) when it
+        is the worker's last lane; a worker without lanes goes back to the idle
+        workers, unless it failed or is retired."""
+        with self._lock:
+            worker = lane.worker
+            if not reusable:
+                worker.fail(WorkerDied("left out of step"))
+            if busy and outstanding and list(worker.lanes) == [lane.lease]:
+                # busy for its only turn, which has ended: an unknown state, not reused
+                worker.fail(WorkerDied("busy when its last turn ended"))
+            worker.close_lane(lane, outstanding=outstanding, excuse=excuse)
+            if worker.failure is not None:
+                self._discard(worker)
+            if not worker.lanes:
+                self._leased.discard(worker)
+                if worker.doomed:
+                    worker.sock.close()
+                elif (self._closed or not worker.alive or worker.unsent_ends
+                        or worker.turns >= self.limits.max_turns):
+                    self._discard(worker)
+                else:
+                    self._idle.append(worker)
+                    self._keep_spare()
+            if not self._closed:
+                self._fill()
             self._reap()
 
     def _keep_spare(self) -> None:
@@ -302,7 +659,8 @@ class ShadowPool:
     # ---------------------------------------------------------------- processes
     def _spawn(self) -> WorkerProcess:
         host_end, child_end = socket.socketpair()
-        config = {k: v for k, v in asdict(self.limits).items() if k != "max_turns"}
+        config = {k: v for k, v in asdict(self.limits).items() if k not in _HOST_ONLY}
+        config["max_lanes"] = self.turns_per_worker
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", self.bootstrap, _SPECTOOL_DIR,
@@ -317,14 +675,21 @@ class ShadowPool:
         return WorkerProcess(proc, host_end)
 
     def _fill(self) -> None:
-        while len(self._idle) + len(self._leased) < self.size:
+        """Start workers up to the warm count (the rest start as leases need them)."""
+        started = len(self._idle) + len(self._leased)
+        while started < self.warm_workers:
             self._idle.insert(0, self._spawn())
+            started += 1
 
     def _discard(self, worker: WorkerProcess) -> None:
+        if worker.doomed:
+            return
         if worker.proc.poll() is None:
             self.killed += 1
         worker.kill()
         self._dying.append(worker.proc)
+        if not worker.lanes:
+            self._leased.discard(worker)
 
     def _reap(self) -> None:
         self._dying = [p for p in self._dying if p.poll() is None]
@@ -336,9 +701,15 @@ class ShadowPool:
             return ({w.pid for w in self._idle} | {w.pid for w in self._leased}
                     | {p.pid for p in self._dying})
 
+    def workers(self) -> list[WorkerProcess]:
+        """The started workers (idle and serving)."""
+        with self._lock:
+            return [*self._idle, *self._leased]
+
     @property
     def leased(self) -> int:
-        return len(self._leased)
+        """Lanes (turns) leased now."""
+        return sum(len(w.lanes) for w in list(self._leased))
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Kill every worker and wait for them (blocking; interpreter exit, tests)."""
@@ -346,6 +717,7 @@ class ShadowPool:
             self._closed = True
             for worker in [*self._idle, *self._leased]:
                 self._discard(worker)
+                worker.sock.close()       # lanes still open see the channel close
             self._idle.clear()
             self._leased.clear()
             dying, self._dying = self._dying, []

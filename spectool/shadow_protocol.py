@@ -3,21 +3,21 @@
 The shadow evaluates untrusted, unfinished model code, so it runs in a worker
 process (``spectool.shadow_worker``) and talks to the host only through the messages
 below. Every message is one *frame*: a 4-byte big-endian length, then the payload.
-A reply's payload starts with its *lease* (:data:`LEASE_BYTES` random bytes the host
-chose for the turn and sent in ``begin``; :data:`NO_LEASE` for ``ready``): the host
-drops a frame of another lease, so a frame a worker left in the channel after an
-earlier turn is never read as this turn's.
+One worker serves many turns at once, each under its own *lease*
+(:data:`LEASE_BYTES` random bytes the host chose for the turn): every command is sent
+as ``(lease, message)`` and every reply's payload starts with the lease of the turn it
+belongs to (:data:`NO_LEASE` for ``ready``). The worker keeps one interpreter and one
+namespace per lease; the host routes each reply to its turn by lease and drops a frame
+of a lease no turn holds, so a frame a worker left in the channel after an earlier
+turn is never read as another turn's.
 
-Host -> worker (*commands*; the worker trusts its host): pickled tuples of plain data
-built by the host itself (``PlainCopier`` copies and sanitised exceptions), so pickling
-them runs no user code::
+Host -> worker (*commands*; the worker trusts its host): pickled ``(lease, message)``
+pairs of plain data built by the host itself (``PlainCopier`` copies and sanitised
+exceptions), so pickling them runs no user code::
 
-    ("begin", tools, limits, cpu_seconds, lease)
-                                           new interpreter for one turn (limits: the
-                                           fields of a shadow ``Limits``, or None);
-                                           its replies carry ``lease``
-    ("reset",)                             the worker served another runtime last:
-                                           drop its interpreter and every name
+    ("begin", tools, limits, cpu_seconds)  new interpreter and namespace for the turn
+                                           of this lease (limits: the fields of a
+                                           shadow ``Limits``, or None)
     ("names", {name: value})               REPL variables the cell mentions (snapshot)
     ("statement", source)                  run one closed statement
     ("resume", value, error)               the outcome of the call the statement waits on
@@ -25,7 +25,9 @@ them runs no user code::
     ("ahead", statements, tail, unknown)   peek statements queued behind a waiting one
     ("refresh",)                           look ahead again (a speculation finished)
     ("reply", payload)                     the answer to a worker request
-    ("end",)                               the turn is over: drop the interpreter
+    ("end",)                               the turn is over: drop its interpreter and
+                                           namespace (also while one of its requests
+                                           waits for a reply: that request is abandoned)
 
 Worker -> host (*replies*): never unpickled. They are decoded by :func:`decode_reply`,
 a bounded decoder of plain data (None, bool, int, float, str, list, tuple, dict with
@@ -135,14 +137,16 @@ def split_lease(payload: bytes) -> tuple[bytes, memoryview]:
 
 
 # ---------------------------------------------------------------- host -> worker
-def encode_command(msg: tuple) -> bytes:
-    """A command frame. ``msg`` must hold plain data only (the host's own copies)."""
-    return frame(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+def encode_command(msg: tuple, lease: bytes = NO_LEASE) -> bytes:
+    """A command frame for the turn of ``lease``. ``msg`` must hold plain data only
+    (the host's own copies)."""
+    return frame(pickle.dumps((lease, msg), protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def decode_command(payload: bytes) -> tuple:
-    """Worker side only: the host is trusted."""
-    return pickle.loads(payload)
+def decode_command(payload: bytes) -> tuple[bytes, tuple]:
+    """Worker side only (the host is trusted): ``(lease, message)``."""
+    lease, msg = pickle.loads(payload)
+    return lease, msg
 
 
 # ---------------------------------------------------------------- worker -> host

@@ -5,7 +5,7 @@ bootstrap registers a bare ``spectool`` package (``spectool/__init__`` is not ru
 the worker imports only the pure stages (``spectool.shadow``, ``keys``,
 ``segmenter``), this module and :mod:`spectool.shadow_protocol`: no anyio, no tools,
 no user code. Then, before it reads a single command, it confines itself
-(:func:`confine`): address space (RLIMIT_AS), CPU time (RLIMIT_CPU, re-armed per turn),
+(:func:`confine`): address space (RLIMIT_AS), CPU time (RLIMIT_CPU, re-armed per command),
 no core dumps, no file writes, no new processes, a lower CPU priority (nice), every
 file descriptor closed except its channel (fd 0, a socket) and RLIMIT_NOFILE so no new
 one can be opened; as root it also drops to ``nobody`` so none of that can be undone.
@@ -14,27 +14,35 @@ a new descriptor (mkdir, rename, unlink, rmdir, symlink, link, chmod, chown, tru
 utimes, xattrs, mknod, mount) or reaches another process (kill, ptrace,
 ``process_vm_*``), on x86-64 and arm64.
 
-Each reply frame carries the lease nonce of the turn's ``begin``
-(:func:`spectool.shadow_protocol.lease_frame`).
-
-SIGUSR1 interrupts the running step (the host's turn ended while it computes). It
-serves one command at a time (:class:`Session`): a statement runs until it finishes
-or waits on a handle; the interpreter's host calls (``launch``, ``observe``,
-``lookahead_outcome``) become requests answered by the host's ``("reply", ...)``;
+One worker serves many turns at once (:class:`Mux`): every command carries its turn's
+lease nonce, each lease has its own :class:`Session` (interpreter, namespace, CPU
+budget), made at ``begin`` and dropped at ``end``, and each reply frame carries the
+lease of the turn it answers (:func:`spectool.shadow_protocol.lease_frame`). Commands
+run one at a time, in arrival order, each under a CPU slice (``ITIMER_VIRTUAL``;
+SIGVTALRM interrupts the running turn's interpreter, whose shadow then stops for that
+turn only); RLIMIT_CPU, re-armed at each command, ends the process if one C call
+outlives every check. SIGUSR1 interrupts the running command too (the host sends it
+when the only turn a worker serves ends while it computes). A statement runs until it finishes or waits on a handle; the
+interpreter's host calls (``launch``, ``observe``, ``lookahead_outcome``) become
+requests answered by the host's ``("reply", ...)`` (commands of other turns read
+meanwhile wait their turn; an ``end`` of the waiting turn abandons the request);
 ``lookahead`` is one-way. Replies are encoded with ``shadow_protocol.encode_reply``
-(plain data only). Its first frame is ``("ready",)``. End of input (the host closed the channel or died) ends the process.
+(plain data only). Its first frame is ``("ready",)``. End of input (the host closed
+the channel or died) ends the process.
 """
 
 from __future__ import annotations
 
+import collections
 import os
+import signal
 import socket
 import sys
 from typing import Any
 
 from . import shadow_protocol as proto
 
-__all__ = ["main", "serve", "confine", "Session", "RemoteHandle"]
+__all__ = ["main", "confine", "Mux", "Session", "RemoteHandle"]
 
 NOBODY = 65534
 
@@ -52,12 +60,20 @@ class _OutOfStep(Exception):
     """The host sent a command the worker did not expect (the worker exits)."""
 
 
+class _TurnEnded(Exception):
+    """The host ended the turn whose request was waiting for a reply."""
+
+
+# commands read ahead while a turn's request waits for its reply: a genuine host has
+# at most a few outstanding per turn (names, one command, end)
+MAX_PENDING = 1 << 14
+
+
 class Channel:
-    """Blocking frames over the worker's socket."""
+    """Blocking ``(lease, command)`` frames in, reply frames out, over the socket."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.lease = proto.NO_LEASE     # the current turn's, from its "begin"
 
     def _exact(self, n: int) -> bytearray | None:
         buf = bytearray(n)
@@ -70,7 +86,7 @@ class Channel:
             got += k
         return buf
 
-    def read(self) -> tuple | None:
+    def read(self) -> tuple[bytes, tuple] | None:
         head = self._exact(proto.LENGTH.size)
         if head is None:
             return None
@@ -80,9 +96,20 @@ class Channel:
         body = self._exact(n)
         return None if body is None else proto.decode_command(bytes(body))
 
+    def write(self, lease: bytes, data: bytes) -> None:
+        self.sock.sendall(proto.lease_frame(lease, data))
+
+
+class TurnChannel:
+    """One turn's view of the channel: its replies carry its lease."""
+
+    def __init__(self, channel: Channel, lease: bytes) -> None:
+        self.channel = channel
+        self.lease = lease
+
     def write(self, data: bytes) -> None:
-        """Send one reply frame, bound to the current lease."""
-        self.sock.sendall(proto.lease_frame(self.lease, data))
+        """Send one reply frame, bound to this turn's lease."""
+        self.channel.write(self.lease, data)
 
 
 def _bet_fields(bet: Any) -> tuple:
@@ -134,10 +161,12 @@ class _Host:
 
 
 class Session:
-    """Serves the commands of one channel; one interpreter per turn."""
+    """One turn in the worker: its interpreter, namespace and channel view."""
 
-    def __init__(self, channel: Channel) -> None:
-        self.channel = channel
+    def __init__(self, mux: "Mux", lease: bytes) -> None:
+        self.mux = mux
+        self.lease = lease
+        self.channel = TurnChannel(mux.channel, lease)
         self.interp: Any = None
         self.namespace: dict[str, Any] = {}
         self.gen: Any = None
@@ -151,18 +180,7 @@ class Session:
     def request(self, data: bytes) -> Any:
         """Send a request and block for the host's ``("reply", payload)``."""
         self.channel.write(data)
-        cmd = self.channel.read()
-        if cmd is None:
-            raise SystemExit(0)
-        if cmd[0] != "reply" or len(cmd) != 2:
-            raise _OutOfStep(f"expected a reply, got {cmd[0]!r}")
-        return cmd[1]
-
-    def serve(self) -> None:
-        while (cmd := self.channel.read()) is not None:
-            reply = self.handle(cmd)
-            if reply is not None:
-                self.channel.write(reply)
+        return self.mux.await_reply(self.lease)
 
     def handle(self, cmd: tuple) -> bytes | None:
         """One command -> its final reply frame (None for one-way commands)."""
@@ -176,14 +194,11 @@ class Session:
         if kind == "end":
             self._end()
             return None
-        if kind == "reset":          # the next lease is another runtime's
-            self._end()
-            return None
         if self.interp is None:
             raise _OutOfStep(f"{kind!r} outside a turn")
         try:
             return self._run(kind, cmd[1:])
-        except (_OutOfStep, SystemExit):
+        except (_OutOfStep, _TurnEnded, SystemExit):
             raise
         except BaseException as exc:  # the interpreter failed: the host stops shadowing
             return proto.encode_reply(("error", f"{type(exc).__name__}: {exc}"[:500]))
@@ -221,14 +236,10 @@ class Session:
         return proto.encode_reply(("wait", request.handle.hid,
                                    bool(lookahead.active(self.interp))))
 
-    def _begin(self, tools: tuple, limits: dict | None, cpu_seconds: float | None,
-               lease: bytes) -> None:
+    def _begin(self, tools: tuple, limits: dict | None, cpu_seconds: float | None) -> None:
         from .shadow import Limits, ShadowInterpreter, ToolInfo
         self._end()
-        if type(lease) is not bytes or len(lease) != proto.LEASE_BYTES:
-            raise _OutOfStep("begin without a lease")
-        self.channel.lease = lease
-        _arm_cpu(cpu_seconds)
+        self.cpu_seconds = cpu_seconds
         infos = {name: ToolInfo(name=name, speculate=speculate, batched_of=batched_of)
                  for name, speculate, batched_of in tools}
         kwargs = {} if limits is None else {"limits": Limits(**limits)}
@@ -246,6 +257,95 @@ class Session:
         self.namespace = {}
 
 
+class Mux:
+    """Serves the turns of one channel, each in its own :class:`Session`.
+
+    Commands run one at a time in arrival order; as the host keeps at most one
+    command of a turn outstanding, that is round robin over the turns. Each command
+    runs under a slice of CPU time (``slice_seconds``, an ``ITIMER_VIRTUAL`` timer):
+    past it the turn's interpreter is interrupted and its shadow stops for the turn,
+    so a busy or hostile turn delays the others by at most one slice per command.
+    A turn never reaches another's session: sessions are keyed by the lease each
+    command carries, made at ``begin`` and dropped at ``end``."""
+
+    def __init__(self, channel: Channel, slice_seconds: float | None = None,
+                 max_turns: int = 1024) -> None:
+        self.channel = channel
+        self.sessions: dict[bytes, Session] = {}
+        self.pending: collections.deque[tuple[bytes, tuple]] = collections.deque()
+        self.running: Session | None = None
+        self.slice_seconds = slice_seconds
+        self.max_turns = max_turns
+
+    def interrupt(self) -> None:
+        """The running command's slice is spent (signal handler)."""
+        if self.running is not None:
+            self.running.interrupt()
+
+    def await_reply(self, lease: bytes) -> Any:
+        """Block for the reply to a request of ``lease``'s turn; other turns' commands
+        read meanwhile wait their turn. Raises _TurnEnded if the host ends the turn."""
+        while True:
+            item = self.channel.read()
+            if item is None:
+                raise SystemExit(0)
+            got, cmd = item
+            if got == lease and cmd[0] == "reply" and len(cmd) == 2:
+                return cmd[1]
+            if got == lease and cmd[0] == "end":
+                self._drop(lease)
+                raise _TurnEnded
+            if got == lease:
+                raise _OutOfStep(f"expected a reply, got {cmd[0]!r}")
+            if len(self.pending) >= MAX_PENDING:
+                raise _OutOfStep("too many commands read ahead")
+            self.pending.append(item)
+
+    def serve(self) -> None:
+        while True:
+            if self.pending:
+                item: tuple[bytes, tuple] | None = self.pending.popleft()
+            else:
+                item = self.channel.read()
+            if item is None:
+                return
+            self.dispatch(*item)
+
+    def _drop(self, lease: bytes) -> None:
+        session = self.sessions.pop(lease, None)
+        if session is not None:
+            session._end()
+
+    def dispatch(self, lease: bytes, cmd: tuple) -> None:
+        """Run one command of the turn of ``lease``; send its final reply, if any."""
+        kind = cmd[0]
+        if type(lease) is not bytes or len(lease) != proto.LEASE_BYTES or lease == proto.NO_LEASE:
+            raise _OutOfStep("a command without a lease")
+        if kind == "end":
+            self._drop(lease)
+            return
+        session = self.sessions.get(lease)
+        if kind == "begin":
+            if session is None:
+                if len(self.sessions) >= self.max_turns:
+                    raise _OutOfStep("too many turns")
+                session = self.sessions[lease] = Session(self, lease)
+        elif session is None:
+            return      # the turn ended (a reply to an abandoned request, say)
+        _arm_cpu(session.cpu_seconds if kind != "begin" else cmd[3])
+        self.running = session
+        _arm_slice(self.slice_seconds)
+        try:
+            reply = session.handle(cmd)
+        except _TurnEnded:
+            return
+        finally:
+            _arm_slice(None)
+            self.running = None
+        if reply is not None:
+            session.channel.write(reply)
+
+
 # ---------------------------------------------------------------- confinement
 def _arm_cpu(seconds: float | None) -> None:
     """RLIMIT_CPU soft limit = CPU used so far + this turn's budget (SIGXCPU ends the
@@ -259,6 +359,14 @@ def _arm_cpu(seconds: float | None) -> None:
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _arm_slice(seconds: float | None) -> None:
+    """Start (or, with None, stop) the running command's CPU slice (SIGVTALRM)."""
+    if seconds:
+        signal.setitimer(signal.ITIMER_VIRTUAL, seconds)
+    else:
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
 
 
 def confine(config: dict) -> None:
@@ -382,30 +490,32 @@ def _forbid_mutations() -> None:
     libc.prctl(22, ulong(2), ctypes.byref(fprog), ulong(0), ulong(0))   # SECCOMP_MODE_FILTER
 
 
-_SESSION: list[Session] = []
+_MUX: list[Mux] = []
 
 
-def _on_interrupt(signum: int, frame: Any) -> None:
-    """SIGUSR1 from the host: its turn ended while this worker computes."""
-    for session in _SESSION:
-        session.interrupt()
+def _on_slice_spent(signum: int, frame: Any) -> None:
+    """SIGVTALRM: the running command used up its slice; SIGUSR1: the host ended the
+    turn of the running command (sent only while the worker serves that turn alone)."""
+    for mux in _MUX:
+        mux.interrupt()
 
 
 def main(config_json: str) -> None:
     import json
-    import signal
-    signal.signal(signal.SIGUSR1, _on_interrupt)
     config = json.loads(config_json)
+    signal.signal(signal.SIGVTALRM, _on_slice_spent)
+    signal.signal(signal.SIGUSR1, _on_slice_spent)     # the host: its only turn ended
     # import everything the shadow may use before the limits make imports impossible
     import _strptime  # noqa: F401  (datetime.strptime imports it on first use)
     import spectool.shadow  # noqa: F401
     from spectool.shadow import lookahead  # noqa: F401
     sock = socket.socket(fileno=0)
     confine(config)
-    _SESSION.append(Session(Channel(sock)))
+    mux = Mux(Channel(sock), config.get("slice_seconds"), config.get("max_lanes") or 1024)
+    _MUX.append(mux)
     try:
-        _SESSION[0].channel.write(proto.encode_reply(("ready",)))
-        _SESSION[0].serve()
+        mux.channel.write(proto.NO_LEASE, proto.encode_reply(("ready",)))
+        mux.serve()
     except (_OutOfStep, OSError, EOFError):
         pass
     os._exit(0)

@@ -37,26 +37,27 @@ __all__ = ["COMPROMISES", "CompromisedPool", "EXECUTOR_ATTACKS", "stalls", "main
 
 _HEAD, _TAIL = _BOOTSTRAP.rsplit("from spectool.shadow_worker import main\n", 1)
 COMPROMISES = {
-    # after its turn ends, the worker leaves a frame in the channel for the next lease
+    # after a turn ends, the worker sends a frame of that turn's lease, which the next
+    # turn on the worker reads
     "stale": """
-real = sw.Session.handle
-def handle(self, cmd):
-    out = real(self, cmd)
+real = sw.Mux.dispatch
+def dispatch(self, lease, cmd):
+    out = real(self, lease, cmd)
     if cmd[0] == "end":
-        self.channel.write(proto.encode_reply(("done",)))
+        self.channel.write(lease, proto.encode_reply(("done",)))
     return out
-sw.Session.handle = handle
+sw.Mux.dispatch = dispatch
 """,
     # ... or five hundred of them
     "stale_flood": """
-real = sw.Session.handle
-def handle(self, cmd):
-    out = real(self, cmd)
+real = sw.Mux.dispatch
+def dispatch(self, lease, cmd):
+    out = real(self, lease, cmd)
     if cmd[0] == "end":
         for _ in range(500):
-            self.channel.write(proto.encode_reply(("lookahead", [])))
+            self.channel.write(lease, proto.encode_reply(("lookahead", [])))
     return out
-sw.Session.handle = handle
+sw.Mux.dispatch = dispatch
 """,
     # floods the host with lookahead frames before answering a statement
     "lookahead_flood": """
@@ -69,18 +70,18 @@ def handle(self, cmd):
     return real(self, cmd)
 sw.Session.handle = handle
 """,
-    # ignores "reset" and "end" and carries its namespace into the next lease
+    # keeps every name it is sent and puts them in every later turn's namespace
     "keep_names": """
+kept = {}
 real_begin = sw.Session._begin
 def _begin(self, *args):
-    kept = self.namespace
     real_begin(self, *args)
     self.namespace.update(kept)
 sw.Session._begin = _begin
 real = sw.Session.handle
 def handle(self, cmd):
-    if cmd[0] in ("reset", "end"):
-        return None
+    if cmd[0] == "names":
+        kept.update(cmd[1])
     return real(self, cmd)
 sw.Session.handle = handle
 """,

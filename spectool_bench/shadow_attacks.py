@@ -4,7 +4,7 @@
     python -m spectool_bench.shadow_attacks decode      # worst-case reply decoding
     python -m spectool_bench.shadow_attacks micro       # turn_microbench, thread vs process
     python -m spectool_bench.shadow_attacks throughput  # shadow_throughput's cells, both
-    python -m spectool_bench.shadow_attacks scale       # 64 concurrent spec turns
+    python -m spectool_bench.shadow_attacks scale       # spectool_bench.shadow_scale
     python -m spectool_bench.shadow_attacks all
 
 ``stalls``: every (shadow, attack) pair runs in a throwaway host process (a crash or a
@@ -28,8 +28,8 @@ stall is at most 50 ms.
 ``SPECTOOL_SHADOW=thread`` and ``=process``. ``throughput`` feeds the cells of
 ``spectool_bench.shadow_throughput`` to the in-process interpreter (that module's own
 ``run_once``) and to a worker process over the real protocol, interleaved. ``scale``
-runs N concurrent spec turns in one process (the micro-benchmark's "independent x4"
-scenario at --quick speed: simulated tools and stream) for both shadows and pool sizes.
+runs :mod:`spectool_bench.shadow_scale` at 1 and 64 sessions (its results file is
+left alone).
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ async def _child(shadow: str, attack: str) -> dict:
         if pool is not None:      # a warm worker, as in a long-running host
             await runtime.run_cell("pass")
             with anyio.fail_after(10):
-                while not any(w.readied for w in pool._idle):
+                while not any(w.readied for w in pool.workers()):
                     await runtime.run_cell("pass")
         base, base_stall = await turn("baseline")
         rss0 = _peak_rss_kb()
@@ -297,7 +297,8 @@ def _process_run_once(pool, message: str, context: str) -> tuple[float, dict]:
     statement and tail is a command; launches answered at once like InstantHost."""
     from spectool import shadow_protocol as proto
     from spectool.segmenter import Segmenter, StatementClosed, TailChanged
-    worker = pool.lease()
+    lane = pool.lease()
+    worker = lane.worker
     sock = worker.sock
     sock.setblocking(True)
     buf = bytearray()
@@ -316,12 +317,12 @@ def _process_run_once(pool, message: str, context: str) -> tuple[float, dict]:
     stats = {"statements": 0, "tails": 0, "bets": 0}
 
     def command(msg: tuple) -> tuple:
-        sock.sendall(proto.encode_command(msg))
+        sock.sendall(proto.encode_command(msg, lane.lease))
         while True:
             reply = read()
             if proto.is_request(reply):
                 launched[0] += 1
-                sock.sendall(proto.encode_command(("reply", launched[0])))
+                sock.sendall(proto.encode_command(("reply", launched[0]), lane.lease))
             elif reply[0] != "lookahead":
                 return reply
 
@@ -330,8 +331,8 @@ def _process_run_once(pool, message: str, context: str) -> tuple[float, dict]:
             assert read() == ("ready",)
             worker.readied = True
         tools = (("llm_query", "pure", None), ("llm_query_batched", "pure", "llm_query"))
-        sock.sendall(proto.encode_command(("begin", tools, None, 600.0, os.urandom(16))))
-        sock.sendall(proto.encode_command(("names", {"context": context})))
+        sock.sendall(proto.encode_command(("begin", tools, None, 600.0), lane.lease))
+        sock.sendall(proto.encode_command(("names", {"context": context}), lane.lease))
         seg = Segmenter(max_statement_chars=1 << 62, max_parsed_chars=1 << 62,
                         max_parsed_statements=1 << 62)     # as shadow_throughput's
         t0 = time.perf_counter()
@@ -350,11 +351,10 @@ def _process_run_once(pool, message: str, context: str) -> tuple[float, dict]:
         stats["host_cpu"] = time.process_time() - c0
         elapsed = time.perf_counter() - t0
         stats["launched"] = launched[0]
-        sock.sendall(proto.encode_command(("end",)))
         return elapsed, stats
     finally:
         sock.setblocking(False)
-        pool.release(worker, reusable=True)
+        pool.release(lane, reusable=True)
 
 
 def throughput(repeat: int = 3) -> None:
@@ -385,101 +385,17 @@ def throughput(repeat: int = 3) -> None:
                   f"{len(message) / host_cpu:>17.0f}")
 
 
-# ---------------------------------------------------------------- scale
-def _rss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-async def _scale_case(n: int, shadow: str, pool_size: int | None) -> dict:
-    import spectool
-    from spectool.shadow_pool import ShadowPool
-    from spectool_bench import turn_microbench as tm
-    sc = tm.SCENARIOS[0]
-    rate, latency, log_latency = 400.0, 0.125, 0.05
-    pool = ShadowPool(pool_size) if shadow == "process" else None
-    try:
-        if pool is not None:
-            await anyio.sleep(0.5)                       # warm workers
-        peak_total = [0]
-        stop = anyio.Event()
-
-        async def sampler():
-            while not stop.is_set():
-                kids = pool.pids() if pool is not None else set()
-                total = _rss_kb(os.getpid()) + sum(_rss_kb(p) for p in kids)
-                peak_total[0] = max(peak_total[0], total)
-                await anyio.sleep(0.01)
-
-        results = []
-
-        async def one():
-            rt = spectool.Runtime(tm.make_tools(latency, log_latency), mode="spec",
-                                  shadow=shadow, shadow_pool=pool,
-                                  namespace=dict(sc.namespace))
-            results.append(await rt.run(tm.token_stream(sc.message, rate)))
-
-        t0 = time.perf_counter()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(sampler)
-            async with anyio.create_task_group() as turns:
-                for _ in range(n):
-                    turns.start_soon(one)
-            wall = time.perf_counter() - t0
-            stop.set()
-        unavailable = sum(any(e.kind == "shadow_unavailable" for e in r.trace.events)
-                          for r in results)
-        return {"n": n, "shadow": shadow, "pool": pool_size or "-", "wall_s": wall,
-                "hits": sum(r.stats.hits for r in results),
-                "unavailable": unavailable,
-                "host_rss_mb": _peak_rss_kb() / 1024,
-                "total_rss_mb": peak_total[0] / 1024}
-    finally:
-        if pool is not None:
-            pool.shutdown()
-
-
-def scale() -> None:
-    print("concurrent spec turns in one process ('independent x4' at --quick speed: "
-          "simulated 400 tok/s stream, 0.125 s tools; each row its own host process)")
-    print(f"{'turns':>5} {'shadow':>8} {'pool':>5} {'wall s':>7} {'hits':>5} "
-          f"{'no shadow':>9} {'host peak RSS MB':>17} {'host+workers peak RSS MB':>25}")
-    for n, shadow, size in [(1, "thread", None), (64, "thread", None), (1, "process", 2),
-                            (64, "process", 2), (64, "process", 8), (64, "process", 16)]:
-        cmd = [sys.executable, "-m", "spectool_bench.shadow_attacks", "--scale-child",
-               str(n), shadow, str(size or 0)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(proc.stderr[-2000:])
-            continue
-        r = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"{r['n']:>5} {r['shadow']:>8} {r['pool']:>5} {r['wall_s']:>7.2f} "
-              f"{r['hits']:>5} {r['unavailable']:>9} {r['host_rss_mb']:>17.0f} "
-              f"{r['total_rss_mb']:>25.0f}")
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", nargs="?", default="all",
                     choices=["stalls", "decode", "micro", "throughput", "scale", "all"])
     ap.add_argument("--child", nargs=2, metavar=("SHADOW", "ATTACK"), help=argparse.SUPPRESS)
-    ap.add_argument("--scale-child", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=2, help="micro: rounds per shadow")
     ap.add_argument("--only", nargs="+", metavar="ATTACK",
                     help="stalls: only these attack classes")
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(anyio.run(_child, *args.child)))
-        return
-    if args.scale_child:
-        n, shadow, size = args.scale_child
-        print(json.dumps(anyio.run(_scale_case, int(n), shadow, int(size) or None)))
         return
     print(f"(measured on this machine: {os.cpu_count()} CPUs, load "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})")
@@ -495,7 +411,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.what in ("throughput", "all"):
         throughput()
     if args.what in ("scale", "all"):
-        scale()
+        from spectool_bench import shadow_scale
+        shadow_scale.main(["run", "--sessions", "1", "64", "--out", os.devnull])
 
 
 if __name__ == "__main__":

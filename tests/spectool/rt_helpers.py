@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+import os
+
 import anyio
 
 import spectool
+
+
+def child_pids() -> set[int]:
+    """The processes whose parent is this one (from ``/proc``)."""
+    me = str(os.getpid())
+    found = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[1] == me:
+                        found.add(int(name))
+            except OSError:
+                pass
+    return found
 
 
 def fenced(code: str, lang: str = "repl") -> str:

@@ -34,17 +34,6 @@ MEMORY_LIMIT = 256 << 20    # the process shadow's address space in these tests
 ATTACK_AT = {"crash": 3, "freeze": 4, "memory": 2}   # the attack's statement number
 
 
-def worker_cpu(pid: int) -> float:
-    """CPU seconds a process has used (utime + stime from /proc)."""
-    import os
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def cell(attack: str) -> str:
     return f"Let me try.\n```repl\n{ATTACKS[attack]}broken = (\n```\n"
 
@@ -88,20 +77,19 @@ async def main(shadow: str, attack: str) -> dict:
         elif event.kind == "shadow_statement" and event.data["n"] >= ATTACK_AT[attack]:
             finished.set()
 
-    async def worker_busy() -> None:
-        """Gate: the worker has burnt 0.5 s of CPU (it is inside the attack's C call)."""
-        while not worker_pid or worker_cpu(worker_pid[0]) < 0.5:
-            await anyio.sleep(0.02)
-        busy.set()
-
-    busy, tick = anyio.Event(), anyio.Event()
+    tick = anyio.Event()
 
     async def timer() -> None:
         await anyio.sleep(1.0)
         tick.set()
 
-    pool = ShadowPool(1, ShadowWorkerLimits(memory_bytes=MEMORY_LIMIT)) \
-        if shadow == "process" else None
+    # the crash and memory attacks run in full (a slice past their statements); the
+    # freeze ends at the CPU ceiling of its command
+    limits = (ShadowWorkerLimits(memory_bytes=MEMORY_LIMIT, cpu_seconds_per_turn=2.0)
+              if attack == "freeze" else
+              ShadowWorkerLimits(memory_bytes=MEMORY_LIMIT, slice_seconds=30.0,
+                                 cpu_seconds_per_turn=60.0))
+    pool = ShadowPool(1, limits) if shadow == "process" else None
     out: dict = {}
     try:
         rt = spectool.Runtime([q], mode="spec", shadow=shadow, shadow_pool=pool,
@@ -112,11 +100,12 @@ async def main(shadow: str, attack: str) -> dict:
             gates = [started, {"crash": finished, "freeze": tick,
                                "memory": finished}[attack]]
         else:
-            gates = [started, {"crash": crashed, "freeze": busy, "memory": finished}[attack]]
+            gates = [started, {"crash": crashed, "freeze": crashed,
+                               "memory": finished}[attack]]
         before = rss_mb()
         async with anyio.create_task_group() as tg:
-            if attack == "freeze":
-                tg.start_soon(worker_busy if shadow == "process" else timer)
+            if attack == "freeze" and shadow == "thread":
+                tg.start_soon(timer)
             res = await rt.run(stream(cell(attack), *gates))
         out["rss_growth_mb"] = rss_mb() - before
         out["rss_before_mb"] = before

@@ -341,8 +341,8 @@ async def test_a_named_value_past_the_thread_budget_is_sent_as_unknown(anyio_bac
 
 
 def names_sent(frame: bytes) -> dict:
-    import pickle
-    kind, names = pickle.loads(frame[4:])
+    from spectool import shadow_protocol as proto
+    _lease, (kind, names) = proto.decode_command(frame[4:])
     assert kind == "names"
     return names
 

@@ -100,10 +100,13 @@ async def test_negative_control_without_the_lease_check_the_stale_frame_is_read(
     consumed: list[bool] = []
 
     async def any_lease(self):
-        payload = await self._worker.read_frame(proto.MAX_REPLY_BYTES + proto.LEASE_BYTES)
-        lease, body = proto.split_lease(payload)
-        consumed.append(lease in (self._lease_id, proto.NO_LEASE))
-        return proto.parse_reply(proto.decode_reply(body))
+        while True:
+            payload = await self._worker.read_frame(proto.MAX_REPLY_BYTES + proto.LEASE_BYTES)
+            lease, body = proto.split_lease(payload)
+            reply = proto.parse_reply(proto.decode_reply(body))
+            if reply != ("ready",):
+                consumed.append(lease == self._lease_id)
+                return reply
 
     monkeypatch.setattr(sp.ProcessShadowDriver, "_read", any_lease)
     calls, q = recorder()
@@ -203,13 +206,14 @@ def _pids(*results) -> list[list[int]]:
             for r in results]
 
 
-async def test_a_worker_moving_to_another_runtime_is_reset_first(anyio_backend):
+async def test_a_worker_moving_to_another_runtime_shows_it_none_of_the_first_ones_names(
+        anyio_backend):
     calls, q = recorder()
     gate = Gate()
     with ShadowPool(1) as pool:
         # bob's cell names alice's variable: only a worker that kept it could bet on it
         a, b, _ = await _alice_then_bob(pool, q, gate, "r = q(secret)\n")
-        assert "shadow_reset" in kinds(b) and _pids(a) == _pids(b)
+        assert _pids(a) == _pids(b)
         assert "alice-key" not in calls
         assert isinstance(b.error, NameError)            # as in baseline: bob has no secret
 
@@ -234,13 +238,14 @@ async def test_an_isolated_pool_never_lets_a_worker_serve_a_second_runtime(anyio
         assert pool.reset >= 1                  # bob's lease replaced alice's idle worker
 
 
-async def test_negative_control_a_reset_does_not_stop_a_compromised_worker(anyio_backend):
+async def test_negative_control_separate_lanes_do_not_stop_a_compromised_worker(
+        anyio_backend):
     calls, q = recorder()
     gate = Gate()
-    with CompromisedPool("hoard") as pool:         # not isolated: reset only
+    with CompromisedPool("hoard") as pool:         # not isolated: separate lanes only
         a, b, _ = await _alice_then_bob(pool, q, gate)
         assert "alice-key" in calls             # alice's secret reached bob's tool
-        assert _pids(a) == _pids(b) and "shadow_reset" in kinds(b)
+        assert _pids(a) == _pids(b)
 
 
 async def test_a_worker_keeps_serving_its_own_runtime(anyio_backend):
@@ -250,7 +255,6 @@ async def test_a_worker_keeps_serving_its_own_runtime(anyio_backend):
         first, second = await _two_turns(runtime(q, pool, gate), gate)
         pids = _pids(first, second)
         assert pids[0] and pids[0] == pids[1] and pool.reset == 0
-        assert "shadow_reset" not in kinds(second)
 
 
 async def _three_runtimes(pool) -> list[bool]:
