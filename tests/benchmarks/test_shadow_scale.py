@@ -1,5 +1,5 @@
 """The scale benchmark's table: spec beside baseline per session count, from given rows
-(no timing is asserted), and the README's copy of the results file's table."""
+(no timing is asserted), and the docs' copy of the results file's table (docs/shadow.md)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_the_message_holds_eight_independent_calls_and_the_bounds_follow():
     assert b["stream_s"] < b["oracle_s"] < b["stream_s"] + 0.5 + 1e-9
 
 
-def test_the_readme_table_is_the_rendered_data_file():
+def test_the_docs_table_is_the_rendered_data_file():
     data = json.loads(DATA.read_text())
     assert data["command"].startswith("python -m spectool_bench.shadow_scale run")
-    assert shadow_scale.render(data) in (ROOT / "README.md").read_text()
+    assert shadow_scale.render(data) in (ROOT / "docs" / "shadow.md").read_text()
