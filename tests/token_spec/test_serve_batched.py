@@ -29,6 +29,7 @@ from token_spec.drafters import Draft, GatedDrafter  # noqa: E402
 from token_spec.gamma import DraftGate  # noqa: E402
 from token_spec.serve.engine import BatchEngine, ContextTooLong, Request, batch_costs, draft_budget  # noqa: E402
 from token_spec.serve.server import load_server_target, make_drafter_factory  # noqa: E402
+from token_spec.serve.switch import DraftSwitch  # noqa: E402
 
 pytestmark = pytest.mark.model
 
@@ -247,6 +248,40 @@ def test_the_gate_shuts_for_a_drafter_that_never_matches(fast_target, alone_outp
         assert steps_with_drafts <= decode_steps // 6
     else:
         assert steps_with_drafts >= decode_steps - 4
+
+
+class SlowClock:
+    """A fake step clock: 0.01 s per reading, plus 1 s for every draft proposed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.01
+        return self.now
+
+
+@pytest.mark.parametrize("switched", [True, False])
+def test_the_switch_stops_drafting_where_drafting_measured_slower(fast_target, alone_outputs, switched):
+    """Drafting steps "take" a second longer (fake clock) and gain nothing: with the switch
+    only its exploration steps draft; without it (the control) every step does. Same output."""
+    clock = SlowClock()
+
+    class SlowNeverRight(NeverRight):
+        def propose(self, context, k, params, generator) -> Draft:
+            clock.now += 1.0
+            return super().propose(context, k, params, generator)
+
+    proposed = []
+    engine = _engine(fast_target, "none", drafter_factory=SlowNeverRight, clock=clock,
+                     switch=DraftSwitch(explore_every=8) if switched else None,
+                     on_round=lambda p, a: proposed.append((p, a)))
+    assert _run(engine, _prompts(fast_target), 24) == alone_outputs
+    decode_steps = sum(len(v) for v in alone_outputs.values())
+    if switched:
+        assert len(proposed) <= decode_steps // 8 + 8
+    else:
+        assert len(proposed) >= decode_steps - 4
 
 
 def test_the_gates_get_the_costs_of_the_step_batch_width(fast_target):

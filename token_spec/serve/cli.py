@@ -38,7 +38,9 @@ def add_serve_options(p: argparse.ArgumentParser) -> None:
                    help=f"most draft tokens per sequence and step, 1..{MAX_GAMMA} (default 4)")
     p.add_argument("--gate", choices=GATE_CHOICES, default="auto",
                    help="per-request draft gate: on = each drafter drafts only while its acceptance so far pays "
-                   "for its steps and the wider pass at this step's batch width (pass costs measured at start-up); "
+                   "for its steps and the wider pass at this step's batch width (pass costs measured at start-up), "
+                   "and the server drafts at a batch width only while steps that draft have measured at least as "
+                   "many tokens per second there as steps that do not; "
                    "off = draft whatever the budget allows; auto (default) = on")
     p.add_argument("--acceptance", choices=("strict", "relaxed"), default="strict",
                    help="strict = lossless rejection sampling (default); relaxed = LOSSY (marked in every response)")

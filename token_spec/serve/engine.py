@@ -10,7 +10,9 @@
 3. every decoding request drafts up to that many tokens with its own drafter; where
    the drafter is gated (``--gate``), its ``DraftGate`` first gets this step's
    per-sequence pass costs at the batch width (``batch_costs``) and decides, from the
-   request's earlier rounds only, whether and how much to draft;
+   request's earlier rounds only, whether and how much to draft; with a ``DraftSwitch``
+   (``token_spec.serve.switch``) the step drafts at all only while drafting steps of
+   this batch width have measured at least the token rate of steps that did not;
 4. ``PackedLM.forward`` over all segments (``token_spec.packed``: new prompts are
    prefilled, each in its own pass, and every decoding request's pending token and
    draft go in one packed pass of the lean forward);
@@ -41,6 +43,7 @@ from ..sampler import verify
 from ..sampling import SamplingParams, warp
 from ..fast_forward import FastSession
 from ..packed import PackedLM, Segment
+from .switch import DraftSwitch
 
 __all__ = ["BatchEngine", "Request", "Update", "TokenLogprob", "draft_budget", "batch_costs", "gates_of",
            "relaxed_greedy", "ContextTooLong"]
@@ -179,7 +182,9 @@ class BatchEngine:
     pass_costs: the target's relative pass costs (``costs[w-1]`` = a pass over w rows);
     given, the ``DraftGate``s of each request's drafter (``gates_of``) get the step's
     per-sequence costs at its batch width (``batch_costs``) before anything is drafted.
-    on_round(proposed, accepted) and on_finish(seq_metrics) are metric hooks.
+    switch: a ``DraftSwitch`` (None: off) that lets a step draft only where drafting has
+    measured faster at that batch width; clock: the step timer it reads (tests pass a
+    fake one). on_round(proposed, accepted) and on_finish(seq_metrics) are metric hooks.
     """
 
     def __init__(self, lm: PackedLM, tokenizer, eos_ids: Sequence[int], *,
@@ -187,7 +192,8 @@ class BatchEngine:
                  max_seqs: int = 32, acceptance: str = "strict", relaxed_threshold: float = 0.1,
                  on_round: Callable[[int, int], None] | None = None,
                  on_finish: Callable[[Any], None] | None = None,
-                 pass_costs: Sequence[float] | None = None) -> None:
+                 pass_costs: Sequence[float] | None = None, switch: DraftSwitch | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         if acceptance not in ("strict", "relaxed"):
             raise ValueError(f"acceptance must be 'strict' or 'relaxed', got {acceptance!r}")
         if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 0:
@@ -210,6 +216,8 @@ class BatchEngine:
         self.on_round = on_round
         self.on_finish = on_finish
         self.pass_costs = tuple(pass_costs) if pass_costs is not None else None
+        self.switch = switch if drafter_factory is not None else None
+        self.clock = clock
         self._inbox: deque[Request] = deque()
         self._cancelled: set[str] = set()
         self._mutex = threading.Lock()  # guards _inbox and _cancelled
@@ -297,7 +305,13 @@ class BatchEngine:
         seqs = list(self.active.values())
         new = [s for s in seqs if not s.prefilled]
         decoding = seqs  # a new request is prefilled in its own pass, then decodes in this step's packed pass
+        t0 = self.clock()
         k_budget = draft_budget(len(decoding), 0, self.max_rows, self.gamma)
+        # the switch compares whole steps: only steps that prefill nothing, where drafting was possible
+        switched = self.switch is not None and k_budget > 0 and not new
+        drafting = self.switch.choose(len(decoding)) if switched else True
+        if not drafting:
+            k_budget = 0
         self.last_budget = k_budget
         if k_budget and self.pass_costs is not None:  # the gates weigh drafting at this step's batch width
             costs = batch_costs(self.pass_costs, len(decoding), k_budget)
@@ -331,6 +345,8 @@ class BatchEngine:
         updates: list[tuple[str, Update]] = []
         for (s, draft, q, before), logits in zip(plan, decode_logits):
             updates.append((s.req.id, self._advance(s, draft, q, before, logits)))
+        if switched:
+            self.switch.record(len(decoding), drafting, sum(len(u.token_ids) for _, u in updates), self.clock() - t0)
         return updates
 
     def _verify(self, s: _Seq, draft: torch.Tensor, q, logits: torch.Tensor) -> torch.Tensor:

@@ -203,6 +203,7 @@ def build(config: ServeConfig, target: Any = None):
     from ..packed import PackedLM
     from .app import ServerInfo, build_app
     from .engine import BatchEngine
+    from .switch import DraftSwitch
 
     if target is None:
         target = load_server_target(config.target, exact=config.attention == "exact")
@@ -220,6 +221,7 @@ def build(config: ServeConfig, target: Any = None):
                                              max_tokens=config.gamma),
         gamma=config.gamma, max_rows=config.max_rows, max_seqs=config.max_seqs, acceptance=config.acceptance,
         relaxed_threshold=config.relaxed_threshold, pass_costs=costs,
+        switch=DraftSwitch() if config.speculative != "none" and config.gate in ("auto", "on") else None,
     )
     info = ServerInfo(model_name=config.model_name, speculative=config.speculative, gamma=config.gamma,
                       acceptance=config.acceptance, attention=config.attention, dtype=target_label(target),
