@@ -55,10 +55,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import build_draft  # noqa: E402
 import draft_corpus  # noqa: E402
-from build_eagle3 import HS_INDEX, kl_loss, teacher  # noqa: E402
+from build_eagle3 import HS_INDEX, kl_loss, training_data  # noqa: E402
 from token_spec.dflash import DFlashHead, PathSelector, default_dflash_path, save_dflash  # noqa: E402
 from token_spec.draft_model import load_draft  # noqa: E402
-from token_spec.target import load_target  # noqa: E402
 
 PAPERS = {"dflash": "Chen et al. 2026, DFlash: Block Diffusion for Flash Speculative Decoding, arXiv 2602.06036",
           "dflash2": "Inco 2026, DFlash 2: Keep Drafting Parallel (on top of DFlash, arXiv 2602.06036)"}
@@ -292,25 +291,8 @@ def main(argv=None) -> int:
         times[name] = round(time.perf_counter() - t0, 1)
         print(f"[build_dflash] {name}: {times[name]} s", flush=True)
 
-    t0 = time.perf_counter()
-    target = load_target(dtype=torch.bfloat16)
-    target.model.requires_grad_(False)
-    tok = target.tokenizer
-    lap("load_target", t0)
-
-    t0 = time.perf_counter()
-    code_train = build_draft.code_windows(tok, train_files, args.code_tokens, args.window, args.seed, "code")
-    code_held = build_draft.code_windows(tok, held_files, args.heldout_code_tokens, args.window, args.seed + 1,
-                                         "stdlib")
-    generated = build_draft.generate_replies(target, prompts + held_prompts, args.max_new_tokens, args.gen_batch,
-                                             "generate")
-    gen_train, gen_held = generated[: len(prompts)], generated[len(prompts):]
-    lap("data", t0)
-
-    ids, mask = build_draft.pack(code_train + gen_train, args.window)
-    t0 = time.perf_counter()
-    feats, vals, idxs = teacher(target, ids, args.topk, batch=4)
-    lap("teacher", t0)
+    target, ids, mask, feats, vals, idxs, code_train, code_held, gen_held = training_data(
+        args, train_files, held_files, prompts, held_prompts, lap)
 
     vocab_ids = load_draft(target.model).hf_model.lm_head.vocab_ids.long()
     common = {"seed": args.seed, "tap_layers": list(HS_INDEX), "threads": args.threads,

@@ -72,6 +72,32 @@ def teacher(target, ids: torch.Tensor, k: int, batch: int):
     return torch.cat(feats), torch.cat(vals), torch.cat(idxs)
 
 
+def training_data(args, train_files, held_files, prompts, held_prompts, lap):
+    """Steps 1-2 (shared with scripts/build_dflash.py): the bf16 target, the packed training
+    windows ``ids`` / ``mask`` [N, window] with the teacher's features and top-k, and the
+    held-out docs. ``args``: seed, window, code_tokens, heldout_code_tokens, max_new_tokens,
+    gen_batch, topk; ``lap(name, t0)`` records each stage's time."""
+    t0 = time.perf_counter()
+    target = load_target(dtype=torch.bfloat16)
+    target.model.requires_grad_(False)
+    tok = target.tokenizer
+    lap("load_target", t0)
+
+    t0 = time.perf_counter()
+    code_train = build_draft.code_windows(tok, train_files, args.code_tokens, args.window, args.seed, "code")
+    code_held = build_draft.code_windows(tok, held_files, args.heldout_code_tokens, args.window, args.seed + 1, "stdlib")
+    generated = build_draft.generate_replies(target, prompts + held_prompts, args.max_new_tokens, args.gen_batch,
+                                             "generate")
+    gen_train, gen_held = generated[: len(prompts)], generated[len(prompts):]
+    lap("data", t0)
+
+    ids, mask = build_draft.pack(code_train + gen_train, args.window)
+    t0 = time.perf_counter()
+    feats, vals, idxs = teacher(target, ids, args.topk, batch=4)
+    lap("teacher", t0)
+    return target, ids, mask, feats, vals, idxs, code_train, code_held, gen_held
+
+
 def init_head(target_hf, vocab_ids: torch.Tensor, seed: int) -> Eagle3Head:
     torch.manual_seed(seed)
     cfg = target_hf.config
@@ -274,24 +300,8 @@ def main(argv=None) -> int:
         times[name] = round(time.perf_counter() - t0, 1)
         print(f"[build_eagle3] {name}: {times[name]} s", flush=True)
 
-    t0 = time.perf_counter()
-    target = load_target(dtype=torch.bfloat16)
-    target.model.requires_grad_(False)
-    tok = target.tokenizer
-    lap("load_target", t0)
-
-    t0 = time.perf_counter()
-    code_train = build_draft.code_windows(tok, train_files, args.code_tokens, args.window, args.seed, "code")
-    code_held = build_draft.code_windows(tok, held_files, args.heldout_code_tokens, args.window, args.seed + 1, "stdlib")
-    generated = build_draft.generate_replies(target, prompts + held_prompts, args.max_new_tokens, args.gen_batch,
-                                             "generate")
-    gen_train, gen_held = generated[: len(prompts)], generated[len(prompts):]
-    lap("data", t0)
-
-    ids, mask = build_draft.pack(code_train + gen_train, args.window)
-    t0 = time.perf_counter()
-    feats, vals, idxs = teacher(target, ids, args.topk, batch=4)
-    lap("teacher", t0)
+    target, ids, mask, feats, vals, idxs, code_train, code_held, gen_held = training_data(
+        args, train_files, held_files, prompts, held_prompts, lap)
 
     vocab_ids = load_draft(target.model).hf_model.lm_head.vocab_ids.long()
     head = init_head(target.model, vocab_ids, args.seed)

@@ -54,15 +54,15 @@ def main(argv=None) -> int:
     target = load_target(dtype=torch.bfloat16)
     prompt = target.encode(prompts_for("code")[0])
     need = 2 * args.rounds * len(gammas) + 8
+    drafters = {"eagle3": Eagle3Drafter(target, load_eagle3(target))}  # installs the tap: before any pass
+    head, _ = load_dflash(target, "dflash", args.dflash)
+    drafters["dflash"] = DFlashDrafter(target, head)
+    head.block = max(gammas)  # cost only: slots past the trained block are timed, not used
     s = target.start(prompt[:-1])
     ctx, pending = list(prompt), prompt[-1]
     for _ in range(need):  # the target's greedy continuation, one step at a time (fills the tap)
         pending = int(torch.argmax(s.extend(torch.tensor([pending]))[-1]))
         ctx.append(pending)
-    drafters = {"eagle3": Eagle3Drafter(target, load_eagle3(target))}
-    head, _ = load_dflash(target, "dflash", args.dflash)
-    drafters["dflash"] = DFlashDrafter(target, head)
-    head.block = max(gammas)  # cost only: slots past the trained block are timed, not used
     params = SamplingParams(temperature=0)
     base = len(prompt)
     table: dict[str, dict[int, float]] = {n: {} for n in drafters}

@@ -337,7 +337,7 @@ def load_dflash(target, variant: str = "dflash", path: str | os.PathLike | None 
     hf = target.model if hasattr(target, "model") else target
     embed = hf.get_input_embeddings().weight.detach().float()
     head = DFlashHead(hf.config, embed, tensors["vocab_ids"], layers=int(meta["layers"]), block=int(meta["block"]),
-                      convs=bool(meta["convs"]), tap_layers=meta["tap_layers"])
+                      convs=str(meta["convs"]).lower() == "true", tap_layers=meta["tap_layers"])
     own = {k: (v if k == "vocab_ids" else v.float()) for k, v in tensors.items() if not k.startswith("selector.")}
     head.load_state_dict(own, strict=True)
     head.metadata = meta

@@ -13,8 +13,8 @@ import itertools
 
 import pytest
 import torch
-from stats_helpers import FAIL_LOG10, PASS_LOG10, fmt, sequence_g_test_log10
-from test_eagle3 import LENGTH, PROMPT, TAPS, TinyTarget, _Counting
+from stats_helpers import FAIL_LOG10, PASS_LOG10, fmt
+from test_eagle3 import PROMPT, TAPS, TinyTarget, _Counting, _joint, fresh_features
 
 from token_spec.dflash import DFlashDrafter, DFlashHead, PathSelector
 from token_spec.gamma import FixedGamma
@@ -88,10 +88,7 @@ class _Checked(DFlashDrafter):
     def block_logits(self, context, slots):
         got = super().block_logits(context, slots)
         ctx = [int(t) for t in context]
-        saved = (self.tap._session, self.tap.valid, self.tap._buf.clone())
-        self.target.fast.start(ctx[:-1])
-        feats = self.tap.features(len(ctx) - 1).clone()
-        self.tap._session, self.tap.valid, self.tap._buf = saved
+        feats = fresh_features(self, ctx)
         cache: dict = {}
         self.head.extend_context(cache, feats, 0)
         want = self.head.to_full(self.head.draft_rows(cache, ctx[-1], len(ctx), slots).float())
@@ -169,19 +166,6 @@ class _UnshiftedRows(DFlashDrafter):
         return draft
 
 
-def _joint(make, params, *, convs=False, n=1500, seed=11, k=3):
-    target = TinyTarget()
-    drafter = make(target, tiny_head(target, convs=convs))
-    g = torch.Generator().manual_seed(seed)
-    samples = []
-    policy = _Counting(k)
-    for _ in range(n):
-        rounds = speculative_ids(target, drafter, PROMPT, params, policy=policy, generator=g,
-                                 max_new_tokens=LENGTH)
-        samples.append([t for r in rounds for t in r])
-    return sequence_g_test_log10(samples, target.law(params)), (policy.proposed, policy.accepted)
-
-
 JOINT_CASES = [pytest.param(SamplingParams(), id="T1"),
                pytest.param(SamplingParams(temperature=1.3, top_p=0.85), id="T1.3-topp")]
 DRAFTERS = {"dflash": (_dflash, False), "dflash2": (_dflash2, True)}
@@ -193,7 +177,8 @@ DRAFTERS = {"dflash": (_dflash, False), "dflash2": (_dflash2, True)}
 @pytest.mark.parametrize("name", list(DRAFTERS))
 def test_block_drafter_joint_law_of_whole_sequences_is_the_targets(name, params):
     make, convs = DRAFTERS[name]
-    log10_p, (proposed, accepted) = _joint(make, params, convs=convs)
+    log10_p, drafter = _joint(make, params, head=lambda t: tiny_head(t, convs=convs))
+    proposed, accepted = drafter.counts
     print(f"\n{name}, {params.temperature=}: joint G-test {fmt(log10_p)}, drafts {accepted}/{proposed} accepted")
     assert log10_p > PASS_LOG10
     assert proposed > 1000 and 0.1 * proposed < accepted < 0.9 * proposed  # drafts are both kept and rejected
@@ -202,7 +187,7 @@ def test_block_drafter_joint_law_of_whole_sequences_is_the_targets(name, params)
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_negative_control_dflash_with_wrong_q_rows_is_caught():
-    log10_p, _ = _joint(_WrongRows, SamplingParams(), n=800)
+    log10_p, _ = _joint(_WrongRows, SamplingParams(), n=800, head=tiny_head)
     print(f"\ndflash with wrong q rows: joint G-test {fmt(log10_p)}")
     assert log10_p < FAIL_LOG10
 
@@ -210,7 +195,8 @@ def test_negative_control_dflash_with_wrong_q_rows_is_caught():
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_negative_control_dflash2_handing_unshifted_rows_is_caught():
-    log10_p, _ = _joint(lambda t, h: _UnshiftedRows(t, h, tiny_selector(t)), SamplingParams(), convs=True, n=800)
+    log10_p, _ = _joint(lambda t, h: _UnshiftedRows(t, h, tiny_selector(t)), SamplingParams(), n=800,
+                        head=lambda t: tiny_head(t, convs=True))
     print(f"\ndflash2 handing the verifier rows without the selector's shift: joint G-test {fmt(log10_p)}")
     assert log10_p < FAIL_LOG10
 
@@ -231,3 +217,25 @@ def test_greedy_block_drafter_is_the_targets_argmax_path(name):
                                       max_new_tokens=20) for t in r]
     assert out == ref
     assert policy.accepted > 0
+
+
+@pytest.mark.parametrize("name", list(DRAFTERS))
+def test_saved_weights_load_back_as_the_same_variant(name, tmp_path):
+    """save_dflash / load_dflash keep the variant (convolutions or not, selector or not) and
+    every weight (to fp16)."""
+    from token_spec.dflash import load_dflash, save_dflash
+
+    target = TinyTarget()
+    convs = DRAFTERS[name][1]
+    head = tiny_head(target, convs=convs)
+    selector = tiny_selector(target) if convs else None
+    path = save_dflash(head, tmp_path / f"{name}.safetensors", selector)
+    got, got_sel = load_dflash(target, name, path)
+    assert got.convs == convs and (got_sel is None) == (selector is None)
+    want = {k: v.half().float() for k, v in head.state_dict().items() if k != "vocab_ids"}
+    for k, v in got.state_dict().items():
+        if k != "vocab_ids":
+            torch.testing.assert_close(v, want[k], rtol=0, atol=0)
+    if selector is not None:
+        assert got_sel.k == selector.k
+        torch.testing.assert_close(got_sel.prev.weight, selector.prev.weight.half().float(), rtol=0, atol=0)

@@ -121,6 +121,17 @@ def test_tap_reads_features_and_leaves_logits_bitwise_unchanged():
     torch.testing.assert_close(tap, want, rtol=1e-4, atol=1e-4)
 
 
+def fresh_features(drafter, ctx: list[int]) -> torch.Tensor:
+    """The target's tapped features of ctx[:-1] from a throwaway session (same weights),
+    the drafter's tap restored afterwards to the session it was following."""
+    tap = drafter.tap
+    saved = (tap._session, tap.valid, tap._buf.clone())
+    drafter.target.fast.start(ctx[:-1])
+    feats = tap.features(len(ctx) - 1).clone()
+    tap._session, tap.valid, tap._buf = saved
+    return feats
+
+
 class _Checked(Eagle3Drafter):
     """Asserts at every round that the drafter's first row equals a fresh computation from
     scratch (fresh target pass, fresh head cache): the rolled-back cache is right."""
@@ -130,12 +141,7 @@ class _Checked(Eagle3Drafter):
     def first_logits(self, context):
         got = super().first_logits(context)
         ctx = [int(t) for t in context]
-        fresh = TinyTarget()
-        fresh.fast = self.target.fast  # same weights; a throwaway session (the tap follows it)
-        saved = (self.tap._session, self.tap.valid, self.tap._buf.clone())
-        fresh.fast.start(ctx[:-1])
-        feats = self.tap.features(len(ctx) - 1).clone()
-        self.tap._session, self.tap.valid, self.tap._buf = saved
+        feats = fresh_features(self, ctx)
         head = self.head
         want = head.full_logits(head.step({}, head.embed_tokens(torch.tensor(ctx[1:])), head.fuse(feats), 0)[-1])
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
@@ -177,9 +183,12 @@ class _Counting(FixedGamma):
         self.accepted += accepted
 
 
-def _joint(make, params, n=1500, seed=11, k=3):
+def _joint(make, params, n=1500, seed=11, k=3, head=None):
+    """``n`` sampled LENGTH-token continuations of PROMPT by ``make(target, head)`` (head:
+    ``head(target)``, default this file's tiny EAGLE-3 head): the G-test's log10 p against
+    the target's exact law, and the drafter with ``counts`` = (proposed, accepted)."""
     target = TinyTarget()
-    drafter = make(target, tiny_head(target))
+    drafter = make(target, (head or tiny_head)(target))
     g = torch.Generator().manual_seed(seed)
     samples = []
     policy = _Counting(k)
