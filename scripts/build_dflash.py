@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import os
 import sys
 import tempfile
@@ -55,7 +54,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import build_draft  # noqa: E402
 import draft_corpus  # noqa: E402
-from build_eagle3 import HS_INDEX, kl_loss, training_data  # noqa: E402
+from build_eagle3 import HS_INDEX, kl_loss, optimiser, stage_clock, training_data, window_batches  # noqa: E402
 from token_spec.dflash import DFlashHead, PathSelector, default_dflash_path, save_dflash  # noqa: E402
 from token_spec.draft_model import load_draft  # noqa: E402
 
@@ -139,12 +138,9 @@ def train(head, ids, mask, feats, vals, idxs, *, steps, batch, blocks, lr, seed,
     groups = [{"params": params, "lr": lr}]
     if selector is not None:
         groups.append({"params": list(selector.parameters()), "lr": 3 * lr})
-    opt = torch.optim.AdamW(groups, betas=(0.9, 0.98), weight_decay=0.0)
-    warm = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))))
+    opt, sched = optimiser(groups, steps)
     g = torch.Generator().manual_seed(seed)
-    perm, pos = torch.randperm(ids.shape[0], generator=g).tolist(), 0
+    batches = window_batches(ids.shape[0], batch, g)
     weights = torch.tensor([decay ** j for j in range(head.block)])
     head.train()
     losses = []
@@ -154,13 +150,7 @@ def train(head, ids, mask, feats, vals, idxs, *, steps, batch, blocks, lr, seed,
         if time_budget and time.perf_counter() - t_start > time_budget:
             print(f"[build_dflash] {desc}: time budget reached after {step} of {steps} steps", flush=True)
             break
-        rows = []
-        while len(rows) < batch:
-            if pos == len(perm):
-                perm, pos = torch.randperm(ids.shape[0], generator=g).tolist(), 0
-            rows.append(perm[pos])
-            pos += 1
-        r = torch.tensor(rows)
+        r = next(batches)
         anchors = anchors_for(ids.shape[1], head.block, blocks, g)
         p_logp, sub, valid, trows = block_targets(vals[r], idxs[r], mask[r], to_sub, anchors, head.block)
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -285,12 +275,7 @@ def main(argv=None) -> int:
     out_dir = Path(args.out_dir) if args.out_dir else default_dflash_path().parent
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    times = {}
-
-    def lap(name, t0):
-        times[name] = round(time.perf_counter() - t0, 1)
-        print(f"[build_dflash] {name}: {times[name]} s", flush=True)
-
+    times, lap = stage_clock("build_dflash")
     target, ids, mask, feats, vals, idxs, code_train, code_held, gen_held = training_data(
         args, train_files, held_files, prompts, held_prompts, lap)
 

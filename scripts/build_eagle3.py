@@ -72,6 +72,17 @@ def teacher(target, ids: torch.Tensor, k: int, batch: int):
     return torch.cat(feats), torch.cat(vals), torch.cat(idxs)
 
 
+def stage_clock(tag: str):
+    """(times, lap): ``lap(name, t0)`` records and prints the seconds since t0 as stage ``name``."""
+    times: dict[str, float] = {}
+
+    def lap(name, t0):
+        times[name] = round(time.perf_counter() - t0, 1)
+        print(f"[{tag}] {name}: {times[name]} s", flush=True)
+
+    return times, lap
+
+
 def training_data(args, train_files, held_files, prompts, held_prompts, lap):
     """Steps 1-2 (shared with scripts/build_dflash.py): the bf16 target, the packed training
     windows ``ids`` / ``mask`` [N, window] with the teacher's features and top-k, and the
@@ -140,16 +151,35 @@ def kl_loss(logits, p_logp, sub, valid):
     return (per * valid).sum() / valid.sum().clamp(min=1)
 
 
+def optimiser(groups, steps: int):
+    """AdamW over ``groups`` with a 5% linear warm-up, then a cosine decay to 10% at ``steps``."""
+    opt = torch.optim.AdamW(groups, betas=(0.9, 0.98), weight_decay=0.0)
+    warm = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))))
+    return opt, sched
+
+
+def window_batches(n_windows: int, batch: int, g: torch.Generator):
+    """Endless batches of ``batch`` window indices [batch]: seeded epochs without replacement."""
+    perm, pos = torch.randperm(n_windows, generator=g).tolist(), 0
+    while True:
+        rows = []
+        while len(rows) < batch:
+            if pos == len(perm):
+                perm, pos = torch.randperm(n_windows, generator=g).tolist(), 0
+            rows.append(perm[pos])
+            pos += 1
+        yield torch.tensor(rows)
+
+
 def train(head, ids, mask, feats, vals, idxs, *, steps, batch, lr, seed, ttt, decay, amp=True, time_budget=0.0):
     to_sub = torch.full((head.vocab_size,), -1, dtype=torch.long)
     to_sub[head.vocab_ids.long()] = torch.arange(head.vocab_ids.numel())
     params = [p for p in head.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
-    warm = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))))
+    opt, sched = optimiser([{"params": params, "lr": lr}], steps)
     g = torch.Generator().manual_seed(seed)
-    perm, pos = torch.randperm(ids.shape[0], generator=g).tolist(), 0
+    batches = window_batches(ids.shape[0], batch, g)
     head.train()
     losses = []
     bar = tqdm(range(steps), desc="train (TTT)", unit="step")
@@ -159,13 +189,7 @@ def train(head, ids, mask, feats, vals, idxs, *, steps, batch, lr, seed, ttt, de
         if time_budget and time.perf_counter() - t_start > time_budget:
             print(f"[build_eagle3] time budget reached after {step} of {steps} steps", flush=True)
             break
-        rows = []
-        while len(rows) < batch:
-            if pos == len(perm):
-                perm, pos = torch.randperm(ids.shape[0], generator=g).tolist(), 0
-            rows.append(perm[pos])
-            pos += 1
-        r = torch.tensor(rows)
+        r = next(batches)
         f = feats[r, :t_len].float()
         nxt = ids[r, 1:]
         p_logp, sub, valid = step_targets(vals[r], idxs[r], to_sub, mask[r], ttt)
@@ -294,12 +318,7 @@ def main(argv=None) -> int:
     out_path = Path(args.out) if args.out else default_eagle3_path()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    times = {}
-
-    def lap(name, t0):
-        times[name] = round(time.perf_counter() - t0, 1)
-        print(f"[build_eagle3] {name}: {times[name]} s", flush=True)
-
+    times, lap = stage_clock("build_eagle3")
     target, ids, mask, feats, vals, idxs, code_train, code_held, gen_held = training_data(
         args, train_files, held_files, prompts, held_prompts, lap)
 

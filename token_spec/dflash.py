@@ -68,7 +68,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .drafters import Draft, draw
-from .eagle3 import TAP_LAYERS, _read, _rope
+from .eagle3 import TAP_LAYERS, _read, _rope, attention_dims, install_tap
 from .sampling import SamplingParams
 
 __all__ = ["DFlashHead", "DFlashDrafter", "PathSelector", "load_dflash", "save_dflash", "default_dflash_path",
@@ -115,19 +115,9 @@ class DFlashHead(nn.Module):
         super().__init__()
         self.tap_layers = tuple(int(li) for li in tap_layers)
         self.config = config
-        h = int(config.hidden_size)
-        self.hidden = h
-        self.n_heads = int(config.num_attention_heads)
-        self.n_kv = int(config.num_key_value_heads)
-        self.head_dim = int(getattr(config, "head_dim", None) or h // self.n_heads)
-        self.eps = float(config.rms_norm_eps)
+        h, inter = attention_dims(self, config)
         self.block = int(block)
         self.convs = bool(convs)
-        inter = int(config.intermediate_size)
-        rope = getattr(config, "rope_parameters", None) or {}
-        theta = float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
-        self.register_buffer("inv_freq", 1.0 / (theta ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim)),
-                             persistent=False)
         self.fc = nn.Linear(len(self.tap_layers) * h, h, bias=False)
         self.ctx_norm = nn.Parameter(torch.ones(h))
         self.mask = nn.Parameter(torch.zeros(h))
@@ -366,15 +356,7 @@ class DFlashDrafter:
 
     def __init__(self, target, head: DFlashHead, selector: PathSelector | None = None, *,
                  name: str = "dflash") -> None:
-        from .fast_forward import FeatureTap
-
-        fast = getattr(target, "fast", None)
-        if fast is None:
-            raise ValueError("DFlashDrafter reads the target's hidden features from the fast forward: "
-                             "load the target with load_target() (fast=True)")
-        if fast.tap is None or fast.tap.layers != head.tap_layers:
-            fast.tap = FeatureTap(head.tap_layers)
-        self.tap = fast.tap
+        self.tap = install_tap(target, head.tap_layers, "DFlashDrafter")
         self.target, self.head, self.selector = target, head, selector
         self.name = name
         self.vocab_size = head.vocab_size

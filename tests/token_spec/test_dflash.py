@@ -14,10 +14,10 @@ import itertools
 import pytest
 import torch
 from stats_helpers import FAIL_LOG10, PASS_LOG10, fmt
-from test_eagle3 import PROMPT, TAPS, TinyTarget, _Counting, _joint, fresh_features
+from test_eagle3 import (PROMPT, TAPS, TinyTarget, _Counting, _joint, fresh_features, sample_with_rollbacks,
+                         with_wrong_rows)
 
 from token_spec.dflash import DFlashDrafter, DFlashHead, PathSelector
-from token_spec.gamma import FixedGamma
 from token_spec.rounds import speculative_ids
 from token_spec.sampling import SamplingParams
 
@@ -99,12 +99,7 @@ class _Checked(DFlashDrafter):
 
 def test_drafter_context_cache_follows_the_verified_context_through_rollbacks():
     target = TinyTarget()
-    drafter = _Checked(target, tiny_head(target))
-    g = torch.Generator().manual_seed(3)
-    for _ in range(5):
-        out = [t for r in speculative_ids(target, drafter, PROMPT, SamplingParams(), policy=FixedGamma(3),
-                                          generator=g, max_new_tokens=16) for t in r]
-        assert len(out) == 16
+    sample_with_rollbacks(target, _Checked(target, tiny_head(target)))
     assert _Checked.checks > 20
 
 
@@ -142,14 +137,7 @@ def _dflash2(target, head):
     return DFlashDrafter(target, head, tiny_selector(target), name="dflash2")
 
 
-class _WrongRows(DFlashDrafter):
-    """Broken on purpose: hands the verifier q rows that are not what the drafts were drawn from."""
-
-    def propose(self, context, k, params, generator):
-        draft = super().propose(context, k, params, generator)
-        if draft.probs is not None:
-            draft.probs = torch.roll(draft.probs, shifts=1, dims=-1)
-        return draft
+_WrongRows = with_wrong_rows(DFlashDrafter)
 
 
 class _UnshiftedRows(DFlashDrafter):

@@ -149,25 +149,36 @@ class _Checked(Eagle3Drafter):
         return got
 
 
-def test_drafter_cache_follows_the_verified_context_through_rollbacks():
-    target = TinyTarget()
-    drafter = _Checked(target, tiny_head(target))
+def sample_with_rollbacks(target, drafter) -> None:
+    """Five sampled 16-token requests at gamma 3: drafts are rejected and the context rolls back."""
     g = torch.Generator().manual_seed(3)
     for _ in range(5):
         out = [t for r in speculative_ids(target, drafter, PROMPT, SamplingParams(), policy=FixedGamma(3),
                                           generator=g, max_new_tokens=16) for t in r]
         assert len(out) == 16
+
+
+def test_drafter_cache_follows_the_verified_context_through_rollbacks():
+    target = TinyTarget()
+    sample_with_rollbacks(target, _Checked(target, tiny_head(target)))
     assert _Checked.checks > 20
 
 
-class _WrongRows(Eagle3Drafter):
-    """Broken on purpose: hands the verifier q rows that are not what the drafts were drawn from."""
+def with_wrong_rows(drafter_cls):
+    """Broken on purpose: ``drafter_cls`` handing the verifier q rows that are not what the
+    drafts were drawn from (rolled by one token)."""
 
-    def propose(self, context, k, params, generator):
-        draft = super().propose(context, k, params, generator)
-        if draft.probs is not None:
-            draft.probs = torch.roll(draft.probs, shifts=1, dims=-1)
-        return draft
+    class WrongRows(drafter_cls):
+        def propose(self, context, k, params, generator):
+            draft = super().propose(context, k, params, generator)
+            if draft.probs is not None:
+                draft.probs = torch.roll(draft.probs, shifts=1, dims=-1)
+            return draft
+
+    return WrongRows
+
+
+_WrongRows = with_wrong_rows(Eagle3Drafter)
 
 
 class _Counting(FixedGamma):
