@@ -58,9 +58,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import build_draft  # noqa: E402
-import draft_corpus  # noqa: E402
-from build_eagle3 import HS_INDEX, kl_loss, optimiser, stage_clock, training_data, window_batches  # noqa: E402
+from build_eagle3 import (  # noqa: E402
+    HS_INDEX,
+    corpus_prompts,
+    kl_loss,
+    optimiser,
+    stage_clock,
+    training_data,
+    window_batches,
+)
 from token_spec.dflash import DFlashHead, PathSelector, default_dflash_path, save_dflash  # noqa: E402
 from token_spec.draft_model import load_draft  # noqa: E402
 
@@ -268,14 +274,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
 
-    train_files, held_files = build_draft.stdlib_files()
-    functions = draft_corpus.stdlib_functions(train_files)
-    prompts = build_draft.training_prompts(args.seed, functions, args.edit_prompts)[:: args.prompt_stride]
-    held_prompts = build_draft.heldout_prompts()
+    train_files, held_files, prompts, held_prompts = corpus_prompts(args)
     if args.quick:
-        args.code_tokens, args.heldout_code_tokens, args.max_new_tokens = 1024, 384, 12
-        args.steps, args.steps2, prompts, held_prompts = 3, 3, prompts[::100], held_prompts[::3]
-        args.window = 128
+        args.steps, args.steps2, args.window = 3, 3, 128
         if args.out_dir is None:
             args.out_dir = tempfile.mkdtemp(prefix="dflash-quick-")
     out_dir = Path(args.out_dir) if args.out_dir else default_dflash_path().parent

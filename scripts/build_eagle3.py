@@ -83,6 +83,19 @@ def stage_clock(tag: str):
     return times, lap
 
 
+def corpus_prompts(args):
+    """(train files, held-out files, training prompts, held-out prompts) of the corpus;
+    ``args``: seed, edit_prompts, prompt_stride, quick (which also shrinks the data sizes)."""
+    train_files, held_files = build_draft.stdlib_files()
+    functions = draft_corpus.stdlib_functions(train_files)
+    prompts = build_draft.training_prompts(args.seed, functions, args.edit_prompts)[:: args.prompt_stride]
+    held_prompts = build_draft.heldout_prompts()
+    if args.quick:
+        args.code_tokens, args.heldout_code_tokens, args.max_new_tokens = 1024, 384, 12
+        prompts, held_prompts = prompts[::100], held_prompts[::3]
+    return train_files, held_files, prompts, held_prompts
+
+
 def training_data(args, train_files, held_files, prompts, held_prompts, lap):
     """Steps 1-2 (shared with scripts/build_dflash.py): the bf16 target, the packed training
     windows ``ids`` / ``mask`` [N, window] with the teacher's features and top-k, and the
@@ -306,13 +319,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
 
-    train_files, held_files = build_draft.stdlib_files()
-    functions = draft_corpus.stdlib_functions(train_files)
-    prompts = build_draft.training_prompts(args.seed, functions, args.edit_prompts)[:: args.prompt_stride]
-    held_prompts = build_draft.heldout_prompts()
+    train_files, held_files, prompts, held_prompts = corpus_prompts(args)
     if args.quick:
-        args.code_tokens, args.heldout_code_tokens, args.max_new_tokens = 1024, 384, 12
-        args.steps, prompts, held_prompts = 3, prompts[::100], held_prompts[::3]
+        args.steps = 3
         if args.out is None:
             args.out = str(Path(tempfile.mkdtemp(prefix="eagle3-quick-")) / "eagle3-smollm2.safetensors")
     out_path = Path(args.out) if args.out else default_eagle3_path()

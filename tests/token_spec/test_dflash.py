@@ -13,9 +13,9 @@ import itertools
 
 import pytest
 import torch
-from stats_helpers import FAIL_LOG10, PASS_LOG10, fmt
-from test_eagle3 import (PROMPT, TAPS, TinyTarget, _Counting, _joint, fresh_features, sample_with_rollbacks,
-                         with_wrong_rows)
+from stats_helpers import FAIL_LOG10, fmt
+from test_eagle3 import (PROMPT, TAPS, TinyTarget, _Counting, _joint, assert_joint_law_holds, fresh_features,
+                         sample_with_rollbacks, with_wrong_rows)
 
 from token_spec.dflash import DFlashDrafter, DFlashHead, PathSelector
 from token_spec.rounds import speculative_ids
@@ -165,11 +165,7 @@ DRAFTERS = {"dflash": (_dflash, False), "dflash2": (_dflash2, True)}
 @pytest.mark.parametrize("name", list(DRAFTERS))
 def test_block_drafter_joint_law_of_whole_sequences_is_the_targets(name, params):
     make, convs = DRAFTERS[name]
-    log10_p, drafter = _joint(make, params, head=lambda t: tiny_head(t, convs=convs))
-    proposed, accepted = drafter.counts
-    print(f"\n{name}, {params.temperature=}: joint G-test {fmt(log10_p)}, drafts {accepted}/{proposed} accepted")
-    assert log10_p > PASS_LOG10
-    assert proposed > 1000 and 0.1 * proposed < accepted < 0.9 * proposed  # drafts are both kept and rejected
+    assert_joint_law_holds(name, params, *_joint(make, params, head=lambda t: tiny_head(t, convs=convs)))
 
 
 @pytest.mark.slow

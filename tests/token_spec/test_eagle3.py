@@ -211,6 +211,14 @@ def _joint(make, params, n=1500, seed=11, k=3, head=None):
     return sequence_g_test_log10(samples, target.law(params)), drafter
 
 
+def assert_joint_law_holds(label, params, log10_p, drafter) -> None:
+    """The G-test passes and the run was not vacuous: many drafts, both kept and rejected."""
+    proposed, accepted = drafter.counts
+    print(f"\n{label}, {params.temperature=}: joint G-test {fmt(log10_p)}, drafts {accepted}/{proposed} accepted")
+    assert log10_p > PASS_LOG10
+    assert proposed > 1000 and 0.1 * proposed < accepted < 0.9 * proposed
+
+
 JOINT_CASES = [pytest.param(SamplingParams(), id="T1"),
                pytest.param(SamplingParams(temperature=1.3, top_p=0.85), id="T1.3-topp")]
 
@@ -219,11 +227,7 @@ JOINT_CASES = [pytest.param(SamplingParams(), id="T1"),
 @pytest.mark.timeout(1200)  # ~1 min on an idle core; the shared test machine can be 10x slower
 @pytest.mark.parametrize("params", JOINT_CASES)
 def test_eagle3_joint_law_of_whole_sequences_is_the_targets(params):
-    log10_p, drafter = _joint(Eagle3Drafter, params)
-    proposed, accepted = drafter.counts
-    print(f"\neagle3 head, {params.temperature=}: joint G-test {fmt(log10_p)}, drafts {accepted}/{proposed} accepted")
-    assert log10_p > PASS_LOG10
-    assert proposed > 1000 and 0.1 * proposed < accepted < 0.9 * proposed  # drafts are both kept and rejected
+    assert_joint_law_holds("eagle3 head", params, *_joint(Eagle3Drafter, params))
 
 
 @pytest.mark.slow
