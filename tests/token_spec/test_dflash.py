@@ -14,8 +14,8 @@ import itertools
 import pytest
 import torch
 from stats_helpers import FAIL_LOG10, fmt
-from test_eagle3 import (PROMPT, TAPS, TinyTarget, _Counting, _joint, assert_joint_law_holds, fresh_features,
-                         sample_with_rollbacks, with_wrong_rows)
+from test_eagle3 import (PROMPT, TAPS, TinyTarget, _Counting, _joint, argmax_path, assert_joint_law_holds,
+                         fresh_features, sample_with_rollbacks, with_wrong_rows)
 
 from token_spec.dflash import DFlashDrafter, DFlashHead, PathSelector
 from token_spec.rounds import speculative_ids
@@ -190,11 +190,7 @@ def test_negative_control_dflash2_handing_unshifted_rows_is_caught():
 def test_greedy_block_drafter_is_the_targets_argmax_path(name):
     target = TinyTarget()
     params = SamplingParams(temperature=0)
-    s = target.start(PROMPT[:-1])
-    pending, ref = PROMPT[-1], []
-    for _ in range(20):
-        pending = int(torch.argmax(s.extend(torch.tensor([pending]))[-1]))
-        ref.append(pending)
+    ref = argmax_path(target)
     make, convs = DRAFTERS[name]
     drafter = make(target, tiny_head(target, convs=convs))
     policy = _Counting(4)

@@ -254,14 +254,20 @@ def test_dspark_over_eagle3_joint_law_is_the_targets():
     assert drafter.lengths.get(0, 0) > 100 and len([n for n in drafter.lengths if n > 0]) >= 2  # cut and varied
 
 
+def argmax_path(target, n: int = 20) -> list[int]:
+    """The target's own greedy continuation of PROMPT, one step at a time: ``n`` tokens."""
+    s = target.start(PROMPT[:-1])
+    pending, ref = PROMPT[-1], []
+    for _ in range(n):
+        pending = int(torch.argmax(s.extend(torch.tensor([pending]))[-1]))
+        ref.append(pending)
+    return ref
+
+
 def test_greedy_eagle3_is_the_targets_argmax_path():
     target = TinyTarget()
     params = SamplingParams(temperature=0)
-    s = target.start(PROMPT[:-1])
-    pending, ref = PROMPT[-1], []
-    for _ in range(20):
-        pending = int(torch.argmax(s.extend(torch.tensor([pending]))[-1]))
-        ref.append(pending)
+    ref = argmax_path(target)
     for make in (Eagle3Drafter, _dspark):
         drafter = make(target, tiny_head(target))
         out = [t for r in speculative_ids(target, drafter, PROMPT, params, policy=FixedGamma(3), generator=None,
