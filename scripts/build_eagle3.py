@@ -72,6 +72,56 @@ def teacher(target, ids: torch.Tensor, k: int, batch: int):
     return torch.cat(feats), torch.cat(vals), torch.cat(idxs)
 
 
+def stage_clock(tag: str):
+    """(times, lap): ``lap(name, t0)`` records and prints the seconds since t0 as stage ``name``."""
+    times: dict[str, float] = {}
+
+    def lap(name, t0):
+        times[name] = round(time.perf_counter() - t0, 1)
+        print(f"[{tag}] {name}: {times[name]} s", flush=True)
+
+    return times, lap
+
+
+def corpus_prompts(args):
+    """(train files, held-out files, training prompts, held-out prompts) of the corpus;
+    ``args``: seed, edit_prompts, prompt_stride, quick (which also shrinks the data sizes)."""
+    train_files, held_files = build_draft.stdlib_files()
+    functions = draft_corpus.stdlib_functions(train_files)
+    prompts = build_draft.training_prompts(args.seed, functions, args.edit_prompts)[:: args.prompt_stride]
+    held_prompts = build_draft.heldout_prompts()
+    if args.quick:
+        args.code_tokens, args.heldout_code_tokens, args.max_new_tokens = 1024, 384, 12
+        prompts, held_prompts = prompts[::100], held_prompts[::3]
+    return train_files, held_files, prompts, held_prompts
+
+
+def training_data(args, train_files, held_files, prompts, held_prompts, lap):
+    """Steps 1-2 (shared with scripts/build_dflash.py): the bf16 target, the packed training
+    windows ``ids`` / ``mask`` [N, window] with the teacher's features and top-k, and the
+    held-out docs. ``args``: seed, window, code_tokens, heldout_code_tokens, max_new_tokens,
+    gen_batch, topk; ``lap(name, t0)`` records each stage's time."""
+    t0 = time.perf_counter()
+    target = load_target(dtype=torch.bfloat16)
+    target.model.requires_grad_(False)
+    tok = target.tokenizer
+    lap("load_target", t0)
+
+    t0 = time.perf_counter()
+    code_train = build_draft.code_windows(tok, train_files, args.code_tokens, args.window, args.seed, "code")
+    code_held = build_draft.code_windows(tok, held_files, args.heldout_code_tokens, args.window, args.seed + 1, "stdlib")
+    generated = build_draft.generate_replies(target, prompts + held_prompts, args.max_new_tokens, args.gen_batch,
+                                             "generate")
+    gen_train, gen_held = generated[: len(prompts)], generated[len(prompts):]
+    lap("data", t0)
+
+    ids, mask = build_draft.pack(code_train + gen_train, args.window)
+    t0 = time.perf_counter()
+    feats, vals, idxs = teacher(target, ids, args.topk, batch=4)
+    lap("teacher", t0)
+    return target, ids, mask, feats, vals, idxs, code_train, code_held, gen_held
+
+
 def init_head(target_hf, vocab_ids: torch.Tensor, seed: int) -> Eagle3Head:
     torch.manual_seed(seed)
     cfg = target_hf.config
@@ -114,16 +164,35 @@ def kl_loss(logits, p_logp, sub, valid):
     return (per * valid).sum() / valid.sum().clamp(min=1)
 
 
+def optimiser(groups, steps: int):
+    """AdamW over ``groups`` with a 5% linear warm-up, then a cosine decay to 10% at ``steps``."""
+    opt = torch.optim.AdamW(groups, betas=(0.9, 0.98), weight_decay=0.0)
+    warm = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))))
+    return opt, sched
+
+
+def window_batches(n_windows: int, batch: int, g: torch.Generator):
+    """Endless batches of ``batch`` window indices [batch]: seeded epochs without replacement."""
+    perm, pos = torch.randperm(n_windows, generator=g).tolist(), 0
+    while True:
+        rows = []
+        while len(rows) < batch:
+            if pos == len(perm):
+                perm, pos = torch.randperm(n_windows, generator=g).tolist(), 0
+            rows.append(perm[pos])
+            pos += 1
+        yield torch.tensor(rows)
+
+
 def train(head, ids, mask, feats, vals, idxs, *, steps, batch, lr, seed, ttt, decay, amp=True, time_budget=0.0):
     to_sub = torch.full((head.vocab_size,), -1, dtype=torch.long)
     to_sub[head.vocab_ids.long()] = torch.arange(head.vocab_ids.numel())
     params = [p for p in head.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
-    warm = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))))
+    opt, sched = optimiser([{"params": params, "lr": lr}], steps)
     g = torch.Generator().manual_seed(seed)
-    perm, pos = torch.randperm(ids.shape[0], generator=g).tolist(), 0
+    batches = window_batches(ids.shape[0], batch, g)
     head.train()
     losses = []
     bar = tqdm(range(steps), desc="train (TTT)", unit="step")
@@ -133,13 +202,7 @@ def train(head, ids, mask, feats, vals, idxs, *, steps, batch, lr, seed, ttt, de
         if time_budget and time.perf_counter() - t_start > time_budget:
             print(f"[build_eagle3] time budget reached after {step} of {steps} steps", flush=True)
             break
-        rows = []
-        while len(rows) < batch:
-            if pos == len(perm):
-                perm, pos = torch.randperm(ids.shape[0], generator=g).tolist(), 0
-            rows.append(perm[pos])
-            pos += 1
-        r = torch.tensor(rows)
+        r = next(batches)
         f = feats[r, :t_len].float()
         nxt = ids[r, 1:]
         p_logp, sub, valid = step_targets(vals[r], idxs[r], to_sub, mask[r], ttt)
@@ -256,42 +319,17 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
 
-    train_files, held_files = build_draft.stdlib_files()
-    functions = draft_corpus.stdlib_functions(train_files)
-    prompts = build_draft.training_prompts(args.seed, functions, args.edit_prompts)[:: args.prompt_stride]
-    held_prompts = build_draft.heldout_prompts()
+    train_files, held_files, prompts, held_prompts = corpus_prompts(args)
     if args.quick:
-        args.code_tokens, args.heldout_code_tokens, args.max_new_tokens = 1024, 384, 12
-        args.steps, prompts, held_prompts = 3, prompts[::100], held_prompts[::3]
+        args.steps = 3
         if args.out is None:
             args.out = str(Path(tempfile.mkdtemp(prefix="eagle3-quick-")) / "eagle3-smollm2.safetensors")
     out_path = Path(args.out) if args.out else default_eagle3_path()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    times = {}
-
-    def lap(name, t0):
-        times[name] = round(time.perf_counter() - t0, 1)
-        print(f"[build_eagle3] {name}: {times[name]} s", flush=True)
-
-    t0 = time.perf_counter()
-    target = load_target(dtype=torch.bfloat16)
-    target.model.requires_grad_(False)
-    tok = target.tokenizer
-    lap("load_target", t0)
-
-    t0 = time.perf_counter()
-    code_train = build_draft.code_windows(tok, train_files, args.code_tokens, args.window, args.seed, "code")
-    code_held = build_draft.code_windows(tok, held_files, args.heldout_code_tokens, args.window, args.seed + 1, "stdlib")
-    generated = build_draft.generate_replies(target, prompts + held_prompts, args.max_new_tokens, args.gen_batch,
-                                             "generate")
-    gen_train, gen_held = generated[: len(prompts)], generated[len(prompts):]
-    lap("data", t0)
-
-    ids, mask = build_draft.pack(code_train + gen_train, args.window)
-    t0 = time.perf_counter()
-    feats, vals, idxs = teacher(target, ids, args.topk, batch=4)
-    lap("teacher", t0)
+    times, lap = stage_clock("build_eagle3")
+    target, ids, mask, feats, vals, idxs, code_train, code_held, gen_held = training_data(
+        args, train_files, held_files, prompts, held_prompts, lap)
 
     vocab_ids = load_draft(target.model).hf_model.lm_head.vocab_ids.long()
     head = init_head(target.model, vocab_ids, args.seed)

@@ -46,8 +46,9 @@ __all__ = ["add_arguments", "run_bench", "format_table", "plot", "main_bench", "
 
 OUR_DRAFTERS = ("ngram", "suffix", "draft", "ngram+draft", "suffix+draft")
 # also accepted by --drafters (not run by default): the EAGLE-3-style head, DSpark-style
-# verification over the draft model, and over the EAGLE-3 head
-FEATURE_DRAFTERS = ("eagle3", "dspark", "dspark-eagle3")
+# verification over the draft model, and over the EAGLE-3 head, the DFlash-style block
+# drafter and its DFlash 2-style variant (path selector, two-tap convolutions)
+FEATURE_DRAFTERS = ("eagle3", "dspark", "dspark-eagle3", "dflash", "dflash2")
 KNOWN_DRAFTERS = OUR_DRAFTERS + FEATURE_DRAFTERS
 TARGET_CONFIGS = ("bf16", "bf16-q4", "fp32")
 HF_KINDS = ("greedy", "prompt_lookup", "assisted")
@@ -283,6 +284,10 @@ def _drafter(name: str, target, draft, args, gate=None, gate_tokens: int = 8, sc
         from .dspark import DSparkDrafter, TopProbConfidence
 
         return DSparkDrafter(head, TopProbConfidence.load("eagle3"), schedule(target, head), name=name)
+    if name in ("dflash", "dflash2"):
+        from .dflash import DFlashDrafter, load_dflash
+
+        return DFlashDrafter(target, *load_dflash(target, name), name=name)
     if name == "dspark":
         from .dspark import DSparkDrafter, TopProbConfidence
 

@@ -50,7 +50,8 @@ from torch import nn
 from .drafters import Draft, draw
 from .sampling import SamplingParams
 
-__all__ = ["Eagle3Head", "Eagle3Drafter", "load_eagle3", "default_eagle3_path", "TAP_LAYERS", "Eagle3WeightsMissing",
+__all__ = ["Eagle3Head", "Eagle3Drafter", "install_tap", "attention_dims", "load_eagle3", "default_eagle3_path",
+           "TAP_LAYERS", "Eagle3WeightsMissing",
            "REBUILD_COMMAND"]
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -76,6 +77,22 @@ def _rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.T
     return x * cos + rot * sin
 
 
+def attention_dims(module: nn.Module, config) -> tuple[int, int]:
+    """Set a draft head's ``hidden``, ``n_heads``, ``n_kv``, ``head_dim``, ``eps`` and RoPE
+    ``inv_freq`` buffer from the target's config; returns (hidden, intermediate size)."""
+    h = int(config.hidden_size)
+    module.hidden = h
+    module.n_heads = int(config.num_attention_heads)
+    module.n_kv = int(config.num_key_value_heads)
+    module.head_dim = int(getattr(config, "head_dim", None) or h // module.n_heads)
+    module.eps = float(config.rms_norm_eps)
+    rope = getattr(config, "rope_parameters", None) or {}
+    theta = float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
+    hd = module.head_dim
+    module.register_buffer("inv_freq", 1.0 / (theta ** (torch.arange(0, hd, 2).float() / hd)), persistent=False)
+    return h, int(config.intermediate_size)
+
+
 class Eagle3Head(nn.Module):
     """The head's own parameters; ``embed`` (the target's token embedding [V, H], frozen,
     not owned) and ``vocab_ids`` (the reduced output vocabulary) are attached."""
@@ -84,17 +101,7 @@ class Eagle3Head(nn.Module):
         super().__init__()
         self.tap_layers = tuple(int(li) for li in tap_layers)
         n_features = len(self.tap_layers)
-        h = int(config.hidden_size)
-        self.hidden = h
-        self.n_heads = int(config.num_attention_heads)
-        self.n_kv = int(config.num_key_value_heads)
-        self.head_dim = int(getattr(config, "head_dim", None) or h // self.n_heads)
-        self.eps = float(config.rms_norm_eps)
-        inter = int(config.intermediate_size)
-        rope = getattr(config, "rope_parameters", None) or {}
-        theta = float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
-        self.register_buffer("inv_freq", 1.0 / (theta ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim)),
-                             persistent=False)
+        h, inter = attention_dims(self, config)
         self.fc = nn.Linear(n_features * h, h, bias=False)
         self.embed_norm = nn.Parameter(torch.ones(h))
         self.feature_norm = nn.Parameter(torch.ones(h))
@@ -259,6 +266,20 @@ def load_eagle3(target, path: str | os.PathLike | None = None) -> Eagle3Head:
     return head.eval().requires_grad_(False)
 
 
+def install_tap(target, layers, who: str):
+    """The ``FeatureTap`` on ``target``'s fast forward reading ``layers`` (installed there if
+    it reads other layers or none); ``who`` names the drafter in the error without one."""
+    from .fast_forward import FeatureTap
+
+    fast = getattr(target, "fast", None)
+    if fast is None:
+        raise ValueError(f"{who} reads the target's hidden features from the fast forward: "
+                         "load the target with load_target() (fast=True)")
+    if fast.tap is None or fast.tap.layers != tuple(layers):
+        fast.tap = FeatureTap(layers)
+    return fast.tap
+
+
 class Eagle3Drafter:
     """The EAGLE-3 head as a ``Drafter`` (and a step drafter for ``token_spec.dspark``).
 
@@ -269,15 +290,7 @@ class Eagle3Drafter:
     verified token), and then the head drafts step by step from its own hidden states."""
 
     def __init__(self, target, head: Eagle3Head, *, name: str = "eagle3") -> None:
-        from .fast_forward import FeatureTap
-
-        fast = getattr(target, "fast", None)
-        if fast is None:
-            raise ValueError("Eagle3Drafter reads the target's hidden features from the fast forward: "
-                             "load the target with load_target() (fast=True)")
-        if fast.tap is None or fast.tap.layers != head.tap_layers:
-            fast.tap = FeatureTap(head.tap_layers)
-        self.tap = fast.tap
+        self.tap = install_tap(target, head.tap_layers, "Eagle3Drafter")
         self.target = target
         self.head = head
         self.name = name

@@ -121,6 +121,17 @@ def test_tap_reads_features_and_leaves_logits_bitwise_unchanged():
     torch.testing.assert_close(tap, want, rtol=1e-4, atol=1e-4)
 
 
+def fresh_features(drafter, ctx: list[int]) -> torch.Tensor:
+    """The target's tapped features of ctx[:-1] from a throwaway session (same weights),
+    the drafter's tap restored afterwards to the session it was following."""
+    tap = drafter.tap
+    saved = (tap._session, tap.valid, tap._buf.clone())
+    drafter.target.fast.start(ctx[:-1])
+    feats = tap.features(len(ctx) - 1).clone()
+    tap._session, tap.valid, tap._buf = saved
+    return feats
+
+
 class _Checked(Eagle3Drafter):
     """Asserts at every round that the drafter's first row equals a fresh computation from
     scratch (fresh target pass, fresh head cache): the rolled-back cache is right."""
@@ -130,12 +141,7 @@ class _Checked(Eagle3Drafter):
     def first_logits(self, context):
         got = super().first_logits(context)
         ctx = [int(t) for t in context]
-        fresh = TinyTarget()
-        fresh.fast = self.target.fast  # same weights; a throwaway session (the tap follows it)
-        saved = (self.tap._session, self.tap.valid, self.tap._buf.clone())
-        fresh.fast.start(ctx[:-1])
-        feats = self.tap.features(len(ctx) - 1).clone()
-        self.tap._session, self.tap.valid, self.tap._buf = saved
+        feats = fresh_features(self, ctx)
         head = self.head
         want = head.full_logits(head.step({}, head.embed_tokens(torch.tensor(ctx[1:])), head.fuse(feats), 0)[-1])
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
@@ -143,25 +149,36 @@ class _Checked(Eagle3Drafter):
         return got
 
 
-def test_drafter_cache_follows_the_verified_context_through_rollbacks():
-    target = TinyTarget()
-    drafter = _Checked(target, tiny_head(target))
+def sample_with_rollbacks(target, drafter) -> None:
+    """Five sampled 16-token requests at gamma 3: drafts are rejected and the context rolls back."""
     g = torch.Generator().manual_seed(3)
     for _ in range(5):
         out = [t for r in speculative_ids(target, drafter, PROMPT, SamplingParams(), policy=FixedGamma(3),
                                           generator=g, max_new_tokens=16) for t in r]
         assert len(out) == 16
+
+
+def test_drafter_cache_follows_the_verified_context_through_rollbacks():
+    target = TinyTarget()
+    sample_with_rollbacks(target, _Checked(target, tiny_head(target)))
     assert _Checked.checks > 20
 
 
-class _WrongRows(Eagle3Drafter):
-    """Broken on purpose: hands the verifier q rows that are not what the drafts were drawn from."""
+def with_wrong_rows(drafter_cls):
+    """Broken on purpose: ``drafter_cls`` handing the verifier q rows that are not what the
+    drafts were drawn from (rolled by one token)."""
 
-    def propose(self, context, k, params, generator):
-        draft = super().propose(context, k, params, generator)
-        if draft.probs is not None:
-            draft.probs = torch.roll(draft.probs, shifts=1, dims=-1)
-        return draft
+    class WrongRows(drafter_cls):
+        def propose(self, context, k, params, generator):
+            draft = super().propose(context, k, params, generator)
+            if draft.probs is not None:
+                draft.probs = torch.roll(draft.probs, shifts=1, dims=-1)
+            return draft
+
+    return WrongRows
+
+
+_WrongRows = with_wrong_rows(Eagle3Drafter)
 
 
 class _Counting(FixedGamma):
@@ -177,9 +194,12 @@ class _Counting(FixedGamma):
         self.accepted += accepted
 
 
-def _joint(make, params, n=1500, seed=11, k=3):
+def _joint(make, params, n=1500, seed=11, k=3, head=None):
+    """``n`` sampled LENGTH-token continuations of PROMPT by ``make(target, head)`` (head:
+    ``head(target)``, default this file's tiny EAGLE-3 head): the G-test's log10 p against
+    the target's exact law, and the drafter with ``counts`` = (proposed, accepted)."""
     target = TinyTarget()
-    drafter = make(target, tiny_head(target))
+    drafter = make(target, (head or tiny_head)(target))
     g = torch.Generator().manual_seed(seed)
     samples = []
     policy = _Counting(k)
@@ -191,6 +211,14 @@ def _joint(make, params, n=1500, seed=11, k=3):
     return sequence_g_test_log10(samples, target.law(params)), drafter
 
 
+def assert_joint_law_holds(label, params, log10_p, drafter) -> None:
+    """The G-test passes and the run was not vacuous: many drafts, both kept and rejected."""
+    proposed, accepted = drafter.counts
+    print(f"\n{label}, {params.temperature=}: joint G-test {fmt(log10_p)}, drafts {accepted}/{proposed} accepted")
+    assert log10_p > PASS_LOG10
+    assert proposed > 1000 and 0.1 * proposed < accepted < 0.9 * proposed
+
+
 JOINT_CASES = [pytest.param(SamplingParams(), id="T1"),
                pytest.param(SamplingParams(temperature=1.3, top_p=0.85), id="T1.3-topp")]
 
@@ -199,11 +227,7 @@ JOINT_CASES = [pytest.param(SamplingParams(), id="T1"),
 @pytest.mark.timeout(1200)  # ~1 min on an idle core; the shared test machine can be 10x slower
 @pytest.mark.parametrize("params", JOINT_CASES)
 def test_eagle3_joint_law_of_whole_sequences_is_the_targets(params):
-    log10_p, drafter = _joint(Eagle3Drafter, params)
-    proposed, accepted = drafter.counts
-    print(f"\neagle3 head, {params.temperature=}: joint G-test {fmt(log10_p)}, drafts {accepted}/{proposed} accepted")
-    assert log10_p > PASS_LOG10
-    assert proposed > 1000 and 0.1 * proposed < accepted < 0.9 * proposed  # drafts are both kept and rejected
+    assert_joint_law_holds("eagle3 head", params, *_joint(Eagle3Drafter, params))
 
 
 @pytest.mark.slow
@@ -230,14 +254,20 @@ def test_dspark_over_eagle3_joint_law_is_the_targets():
     assert drafter.lengths.get(0, 0) > 100 and len([n for n in drafter.lengths if n > 0]) >= 2  # cut and varied
 
 
+def argmax_path(target, n: int = 20) -> list[int]:
+    """The target's own greedy continuation of PROMPT, one step at a time: ``n`` tokens."""
+    s = target.start(PROMPT[:-1])
+    pending, ref = PROMPT[-1], []
+    for _ in range(n):
+        pending = int(torch.argmax(s.extend(torch.tensor([pending]))[-1]))
+        ref.append(pending)
+    return ref
+
+
 def test_greedy_eagle3_is_the_targets_argmax_path():
     target = TinyTarget()
     params = SamplingParams(temperature=0)
-    s = target.start(PROMPT[:-1])
-    pending, ref = PROMPT[-1], []
-    for _ in range(20):
-        pending = int(torch.argmax(s.extend(torch.tensor([pending]))[-1]))
-        ref.append(pending)
+    ref = argmax_path(target)
     for make in (Eagle3Drafter, _dspark):
         drafter = make(target, tiny_head(target))
         out = [t for r in speculative_ids(target, drafter, PROMPT, params, policy=FixedGamma(3), generator=None,

@@ -6,8 +6,8 @@ a verify pass of k+1 tokens scores every position bit for bit as a one-token van
 step does, so at temperature 0 the accepted prefix and the bonus token are exactly
 vanilla's argmaxes, at any precision. Drafters are set to draft as often as they can
 (n_min = 1, the draft model without a confidence cut) so that most tokens come out of
-wide verify passes. The EAGLE-3 head also reads the target's hidden features through a
-tap on the same forward (it must not change a bit of the logits), and the DSpark
+wide verify passes. The EAGLE-3 head and the DFlash-style block drafters also read the
+target's hidden features through a tap on the same forward (it must not change a bit of the logits), and the DSpark
 schedule varies the verified length per round. Short outputs keep it affordable; marked slow.
 """
 
@@ -73,6 +73,15 @@ def _eagle3(target):
         pytest.skip(f"EAGLE-3 head weights not built yet: {exc}")
 
 
+def _dflash(target, variant: str = "dflash"):
+    from token_spec.dflash import DFlashDrafter, DFlashWeightsMissing, load_dflash
+
+    try:
+        return DFlashDrafter(target, *load_dflash(target, variant), name=variant)
+    except DFlashWeightsMissing as exc:
+        pytest.skip(f"block drafter weights not built yet: {exc}")
+
+
 def _dspark(stepper):
     """DSpark verification over a step drafter, with a flat cost profile so that the
     schedule verifies long drafts where the drafter is confident and stops elsewhere."""
@@ -91,6 +100,9 @@ DRAFTERS = {
     "eagle3": (_eagle3, lambda: FixedGamma(4)),
     "dspark": (lambda t: _dspark(_fast_draft(t)), lambda: FixedGamma(5)),
     "dspark-eagle3": (lambda t: _dspark(_eagle3(t)), lambda: FixedGamma(5)),
+    # one block pass per round drafts up to 8 tokens; dflash2 drafts its selector's best path
+    "dflash": (_dflash, lambda: FixedGamma(8)),
+    "dflash2": (lambda t: _dflash(t, "dflash2"), lambda: FixedGamma(8)),
 }
 
 
@@ -113,8 +125,10 @@ def references(exact_target):
 
 
 # the feature drafters' heads draft in fp32 plain torch (several times a lookup's cost):
-# in CI they decode every third prompt, which still spans every domain of the set
-EVERY = {"eagle3": 3, "dspark": 3, "dspark-eagle3": 3}
+# in CI they decode every third prompt, which still spans every domain of the set; the block
+# drafters every ninth (12 prompts; the set cycles through 10 kinds of prompt, so a stride
+# of 9 visits every kind)
+EVERY = {"eagle3": 3, "dspark": 3, "dspark-eagle3": 3, "dflash": 9, "dflash2": 9}
 
 
 @pytest.mark.parametrize("name", list(DRAFTERS))
