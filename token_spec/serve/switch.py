@@ -9,9 +9,14 @@ fewer tokens per second than the same server without it. ``DraftSwitch`` closes 
 gap with the outcome itself: per batch width (decoding sequences in the step) it keeps
 an exponentially weighted token rate (tokens emitted per second of step time) of the
 steps that let the drafters draft ("on") and of the steps that did not ("off"), and
-lets a step draft only when "on" has measured at least as fast as "off". The losing arm
-is still tried every ``explore_every``-th step of that width, so a change in load or in
-the prompts is seen again.
+lets a step draft only when "on" has measured at least as fast as "off".
+
+The arm that is behind is tried again after ``explore_every`` steps of that width, and
+each time it is still behind the wait doubles (up to ``max_explore_every``), so a
+losing arm costs little while a change in load or in the prompts is still seen; when
+the arms swap, the wait starts again from ``explore_every``. A width not measured yet
+starts with the arm the nearest measured narrower width prefers (a wider step makes
+drafting dearer, never cheaper), else with "on".
 
 Exactness: drafting or not never changes what a lossless verifier emits (each emitted
 token is distributed as the target's, greedy output is vanilla's), and the decision
@@ -30,32 +35,57 @@ __all__ = ["DraftSwitch"]
 class DraftSwitch:
     """Per-width on/off arms with measured token rates (see the module docstring).
 
-    explore_every: every n-th step of a width runs the arm that is behind (n >= 2).
+    explore_every: steps of a width before the arm that is behind is tried again (>= 2);
+    it doubles while that arm stays behind, up to max_explore_every.
     alpha: weight of the newest step in the running rate, in (0, 1].
     """
 
     explore_every: int = 8
+    max_explore_every: int = 64
     alpha: float = 0.25
     rates: dict[tuple[int, bool], float] = field(default_factory=dict)  # (width, on) -> tokens/s
-    steps: dict[int, int] = field(default_factory=dict)  # width -> steps decided
+    wait: dict[int, int] = field(default_factory=dict)  # width -> steps between explorations now
+    since: dict[int, int] = field(default_factory=dict)  # width -> steps since the last exploration
+    leader: dict[int, bool] = field(default_factory=dict)  # width -> the arm ahead at the last exploration
 
     def __post_init__(self) -> None:
-        if isinstance(self.explore_every, bool) or not isinstance(self.explore_every, int) or self.explore_every < 2:
-            raise ValueError(f"explore_every must be an int >= 2, got {self.explore_every!r}")
+        for name in ("explore_every", "max_explore_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+                raise ValueError(f"{name} must be an int >= 2, got {value!r}")
+        if self.max_explore_every < self.explore_every:
+            raise ValueError("max_explore_every must be >= explore_every")
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {self.alpha!r}")
 
+    def _first(self, width: int) -> bool:
+        """The arm a width measures first: the preference of the nearest measured narrower width."""
+        narrower = [w for w in {w for w, _ in self.rates} if w < width and (w, True) in self.rates
+                    and (w, False) in self.rates]
+        if not narrower:
+            return True
+        w = max(narrower)
+        return self.rates[(w, True)] >= self.rates[(w, False)]
+
     def choose(self, width: int) -> bool:
         """Whether this step (``width`` decoding sequences) lets the drafters draft."""
-        n = self.steps.get(width, 0) + 1
-        self.steps[width] = n
         on, off = self.rates.get((width, True)), self.rates.get((width, False))
-        if on is None:
-            return True  # measure drafting first
-        if off is None:
-            return False
+        if on is None and off is None:
+            return self._first(width)
+        if on is None or off is None:
+            return on is None  # measure the arm not yet measured
         best = on >= off
-        return (not best) if n % self.explore_every == 0 else best
+        wait = self.wait.get(width, self.explore_every)
+        n = self.since.get(width, 0) + 1
+        if n < wait:
+            self.since[width] = n
+            return best
+        # explore the arm that is behind; back off if the same arm led last time too
+        self.since[width] = 0
+        self.wait[width] = (min(2 * wait, self.max_explore_every) if self.leader.get(width) is best
+                            else self.explore_every)
+        self.leader[width] = best
+        return not best
 
     def record(self, width: int, on: bool, tokens: int, seconds: float) -> None:
         """One step's outcome: ``tokens`` emitted in ``seconds`` of step time."""
