@@ -20,7 +20,7 @@ Three modes (``WorkerLimits(sandbox=...)``):
     (whatever its uid may read or write; world-writable dirs such as ``/tmp``
     included) and sees the host's ``/proc``.
 ``"none"``
-    No sandbox (the executor before issue 12): the host's uid and environment, the
+    No sandbox: the host's uid and environment, the
     worker's own resource limits only, no per-turn kill. For comparisons and for the
     negative controls of the sandbox tests.
 

@@ -1,4 +1,4 @@
-"""Segmenter cost on one very long line and on long cells (issue 12, part 4).
+"""Segmenter cost on one very long line and on long cells.
 
 Feeds each shape in 16-character deltas at growing lengths and reports characters per
 second (CPU time of this process) and the segmenter's own work counter

@@ -1,4 +1,4 @@
-"""Effects only where the real run goes (issue 12, part 2): idempotent tools get a
+"""Effects only where the real run goes: idempotent tools get a
 globally unique key and a required ``on_unclaimed`` compensation hook; two_phase tools
 prepare early, commit on claim and abort otherwise.
 

@@ -1,8 +1,8 @@
-"""The subprocess executor's sandbox withstands the escapes of issue 12.
+"""The subprocess executor's sandbox withstands these escapes.
 
 Each escape runs in the sandboxed modes (``bwrap`` when bubblewrap works here,
 ``fallback`` always) and, as its negative control, with the defence off
-(``sandbox="none"``, the executor before issue 12, or the host-side check switched
+(``sandbox="none"``, an executor without a sandbox, or the host-side check switched
 off), where the same attack must succeed: so each test can tell a working defence from
 a broken one. Tests of the uid drop need a root host (CI runs as root).
 """

@@ -1,4 +1,4 @@
-"""The shadow's view is never stale (issue 12, part 2): whatever it cannot model exactly
+"""The shadow's view is never stale: whatever it cannot model exactly
 is unknown, so every call it bets on is a call the real run makes.
 
 Oracle: each program also runs for real (plain ``exec`` with recording tools); every
