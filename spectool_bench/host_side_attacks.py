@@ -31,6 +31,8 @@ import anyio
 
 from spectool.shadow_pool import _BOOTSTRAP, ShadowPool
 
+from .throwaway import peak_rss_kb, stall_watch
+
 from .throwaway import run_child
 
 __all__ = ["COMPROMISES", "CompromisedPool", "EXECUTOR_ATTACKS", "stalls", "main"]
@@ -138,30 +140,10 @@ EXECUTOR_ATTACKS = {
 
 async def _ticked(run) -> tuple[float, float, float, object]:
     """Run ``run()`` with a ticker; (longest stall s, wall s, host CPU s, its result)."""
-    stall = [0.0]
-    done = anyio.Event()
-
-    async def ticker():
-        while not done.is_set():
-            t = time.perf_counter()
-            await anyio.sleep(0.001)
-            stall[0] = max(stall[0], time.perf_counter() - t - 0.001)
-
-    out: list = []
     cpu0, t0 = time.process_time(), time.perf_counter()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(ticker)
-        out.append(await run())
-        done.set()
-    return stall[0], time.perf_counter() - t0, time.process_time() - cpu0, out[0]
-
-
-def _peak_rss_kb() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmHWM in /proc/self/status")
+    async with stall_watch() as stall:
+        out = await run()
+    return stall[0], time.perf_counter() - t0, time.process_time() - cpu0, out
 
 
 async def _executor_child(attack: str) -> dict:
@@ -173,11 +155,11 @@ async def _executor_child(attack: str) -> dict:
 
     async with spectool.Runtime([q], mode="baseline", executor="subprocess") as rt:
         await rt.run_cell("warm = 1\n")
-        rss0 = _peak_rss_kb()
+        rss0 = peak_rss_kb()
         stall, wall, cpu, res = await _ticked(lambda: rt.run_cell(EXECUTOR_ATTACKS[attack]))
         ns = res.namespace
         return {"stall_ms": stall * 1000, "wall_s": wall, "host_cpu_s": cpu,
-                "rss_growth_mb": (_peak_rss_kb() - rss0) / 1024,
+                "rss_growth_mb": (peak_rss_kb() - rss0) / 1024,
                 "outcome": type(res.error).__name__ if res.error is not None else "ok",
                 "values": sorted(f"{k}:{type(v).__name__}" for k, v in ns.items()
                                  if k not in ("warm", "M", "Marker", "pickle"))[:4]}
@@ -208,13 +190,13 @@ async def _compromised_child(compromise: str) -> dict:
         rt = spectool.Runtime([q], mode="spec", shadow_pool=pool, on_event=on_event)
         with anyio.fail_after(60):
             await rt.run(stream("a = q(1)\n", ""))       # the worker is now at rest
-            rss0 = _peak_rss_kb()
+            rss0 = peak_rss_kb()
             stall, wall, cpu, res = await _ticked(lambda: rt.run(
                 stream("b = q(2)\n", "print(a, b)\n")))
         events = sorted({e.kind for e in res.trace.events
                          if e.kind in ("shadow_error", "shadow_crashed")})
         return {"stall_ms": stall * 1000, "wall_s": wall, "host_cpu_s": cpu,
-                "rss_growth_mb": (_peak_rss_kb() - rss0) / 1024,
+                "rss_growth_mb": (peak_rss_kb() - rss0) / 1024,
                 "outcome": ("ok" if res.stdout == "q1 q2\n" else "DIFFERS")
                 + (f" ({','.join(events)})" if events else ""),
                 "values": [f"killed {pool.killed}"]}

@@ -43,17 +43,9 @@ import time
 
 import anyio
 
-from .throwaway import run_child
+from .throwaway import peak_rss_kb, run_child, stall_watch
 
 
-def _peak_rss_kb() -> int:
-    """This process's peak RSS in KiB (VmHWM; ``ru_maxrss`` survives fork and exec, so a
-    child would start at its parent's size)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmHWM in /proc/self/status")
 
 ATTACKS = {
     "crash": "t = ()\nfor i in range(300000):\n    t = (t,)\nh = {t: 1}\nbroken = (\n",
@@ -142,26 +134,12 @@ async def _child(shadow: str, attack: str) -> dict:
             i += n
             await anyio.sleep(0.01)
 
-    stall = [0.0]
-    done = anyio.Event()
-
-    async def ticker():
-        while not done.is_set():
-            t = time.perf_counter()
-            await anyio.sleep(0.001)
-            stall[0] = max(stall[0], time.perf_counter() - t - 0.001)
-
     async def turn(mode: str) -> tuple:
         """One turn with the ticker running; (result, longest stall in s)."""
-        nonlocal done
-        stall[0] = 0.0
-        done = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker)
+        async with stall_watch() as stall:
             rt = spectool.Runtime(tools, mode=mode, shadow=shadow, shadow_pool=pool,
                                   namespace=dict(namespace))
             res = await rt.run(stream())
-            done.set()
         return res, stall[0]
 
     out: dict = {}
@@ -175,24 +153,20 @@ async def _child(shadow: str, attack: str) -> dict:
                 while not any(w.readied for w in pool.workers()):
                     await runtime.run_cell("pass")
         base, base_stall = await turn("baseline")
-        rss0 = _peak_rss_kb()
+        rss0 = peak_rss_kb()
         cpu0 = time.process_time()
         t0 = time.perf_counter()
-        done = anyio.Event()
-        stall[0] = 0.0
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker)
+        async with stall_watch() as stall:
             res = await runtime.run(stream())
             wall = time.perf_counter() - t0
             cpu = time.process_time() - cpu0
             await anyio.sleep(1.0)                       # who still burns host CPU?
             after = time.process_time() - cpu0 - cpu
-            done.set()
         out.update(
             stall_ms=stall[0] * 1000, base_stall_ms=base_stall * 1000, wall_s=wall,
             t_exec_s=res.stats.t_exec,
             base_t_exec_s=base.stats.t_exec, host_cpu_s=cpu, cpu_after_turn_s=after,
-            rss_growth_mb=(_peak_rss_kb() - rss0) / 1024,
+            rss_growth_mb=(peak_rss_kb() - rss0) / 1024,
             equal=(res.stdout, type(res.error).__name__, _comparable(res.namespace))
             == (base.stdout, type(base.error).__name__, _comparable(base.namespace)),
             shadow_events=sorted({e.kind for e in res.trace.events

@@ -1,12 +1,49 @@
 """One benchmark row in a throwaway host process: a crash or a freeze of that host is
-the row's outcome, never the benchmark's end."""
+the row's outcome, never the benchmark's end; and what such a row measures inside its
+host (the event loop's longest stall, the process's peak RSS)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-__all__ = ["run_child"]
+import anyio
+
+__all__ = ["run_child", "stall_watch", "peak_rss_kb"]
+
+
+@asynccontextmanager
+async def stall_watch() -> AsyncIterator[list[float]]:
+    """While the block runs, a ticker sleeps 1 ms in a loop and keeps the largest
+    lateness of a wake-up: yields a one-element list holding that longest stall (s)."""
+    stall = [0.0]
+    done = anyio.Event()
+
+    async def ticker():
+        while not done.is_set():
+            t = time.perf_counter()
+            await anyio.sleep(0.001)
+            stall[0] = max(stall[0], time.perf_counter() - t - 0.001)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        try:
+            yield stall
+        finally:
+            done.set()
+
+
+def peak_rss_kb() -> int:
+    """This process's peak RSS in KiB (VmHWM; ``ru_maxrss`` survives fork and exec, so a
+    child would start at its parent's size)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def run_child(cmd: list[str], timeout: float) -> tuple[dict | None, str | None]:
