@@ -106,8 +106,14 @@ def register(subparsers: Any) -> None:
                     help="litellm model string for the sub-model; 'local' starts the project's "
                          "own token-tier server (token_spec serve) and prints the 2x2 table "
                          "token speculation x tool speculation (root model simulated)")
-    oo.add_argument("--token-spec", default="ngram", choices=["ngram", "suffix", "draft"],
+    oo.add_argument("--token-spec", default="ngram",
+                    choices=["ngram", "suffix", "draft", "ngram+draft", "dspark"],
                     help="with --sub-model local: the speculative method of the 'on' server")
+    oo.add_argument("--sub-target", default="bf16-q4", choices=["bf16", "bf16-q4", "fp32"],
+                    help="with --sub-model local: both servers' --target (default bf16-q4: "
+                         "Q4_1 layers, Q8_0 head)")
+    oo.add_argument("--sub-threads", type=_positive_int, default=1,
+                    help="with --sub-model local: both servers' --threads (default 1)")
     oo.add_argument("--gamma", type=_positive_int, default=4,
                     help="with --sub-model local: draft length of the 'on' server")
     oo.add_argument("--sub-max-tokens", type=_positive_int, default=24,
@@ -138,11 +144,22 @@ def run_oolong(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             parser.error("--sub-model local keeps the root model simulated; drop --root-model")
         from .two_tier import TwoTierConfig, main_two_tier
 
+        try:
+            ensure_writable_dir(args.out)
+        except ValueError as exc:
+            parser.error(str(exc))
         report = main_two_tier(TwoTierConfig(
             token_method=args.token_spec, gamma=args.gamma, repeats=max(2, args.repeats),
             max_tokens=args.sub_max_tokens, context_tokens=min(args.context_tokens),
-            seed=args.seed[0]))
+            seed=args.seed[0], target=args.sub_target, threads=args.sub_threads,
+            progress=not args.no_progress),
+            out=args.out,
+            command=(f"spectool bench oolong --sub-model local --token-spec {args.token_spec} "
+                     f"--gamma {args.gamma} --sub-target {args.sub_target} "
+                     f"--sub-threads {args.sub_threads} --sub-max-tokens {args.sub_max_tokens} "
+                     f"--repeats {max(2, args.repeats)} --out {args.out}"))
         print(report["table"])
+        print(f"\nwrote {Path(args.out) / 'two_tier.json'}")
         return 0
     real = args.root_model is not None or args.sub_model is not None
     cfg = BenchConfig(

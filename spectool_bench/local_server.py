@@ -2,7 +2,7 @@
 
 Contract (the server side is ``token_spec``'s)::
 
-    <command> serve --host 127.0.0.1 --port P --speculative {ngram,suffix,draft,ngram+draft,none}
+    <command> serve --host 127.0.0.1 --port P --speculative {ngram,suffix,draft,ngram+draft,dspark,none}
                     --gamma G --served-model-name NAME
 
 serves OpenAI chat completions at ``http://127.0.0.1:P/v1`` and ``GET /health``
@@ -29,7 +29,7 @@ import anyio
 
 __all__ = ["LocalTokenServer", "LocalServerError", "free_port", "SPECULATIVE"]
 
-SPECULATIVE = ("ngram", "suffix", "draft", "ngram+draft", "none")
+SPECULATIVE = ("ngram", "suffix", "draft", "ngram+draft", "dspark", "none")
 
 
 class LocalServerError(RuntimeError):

@@ -7,6 +7,10 @@ the OOLONG episodes' sub-calls to them through litellm. The root model stays
 **simulated** (``SimulatedRootModel``: scripted RLM programs streamed at a simulated
 decoding speed in real time); the table says so.
 
+Both servers run the same engine (``--target``, default ``bf16-q4``: Q4_1 layers and a
+Q8_0 head, the fast exact path) at the same thread count, so the only difference
+between them is speculation.
+
 The 2x2: token speculation off/on x tool speculation off/on (runtime mode
 ``baseline`` / ``spec``). Every combination is warmed up once (untimed) before
 timing; each repeat runs the four combinations interleaved, in an order rotated by
@@ -14,12 +18,21 @@ one per repeat. Reported per combination: median wall seconds and the [min, max]
 spread; per ratio to (token off, tool off): the median of the per-repeat ratios and
 their spread, flagged ``overlaps 1.0`` when the spread includes 1.0 (not a
 measurable difference on this machine).
+
+``run`` results are data: ``--out DIR`` writes ``DIR/two_tier.json`` with the command,
+date, machine and load average, and :func:`render_markdown` renders the docs' table
+from such a file (``python -m spectool_bench.two_tier render FILE``).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 import statistics
+import sys
 from dataclasses import dataclass, replace
+from datetime import date
 from typing import Any
 
 import anyio
@@ -33,6 +46,8 @@ COMBOS = (("off", "baseline"), ("off", "spec"), ("on", "baseline"), ("on", "spec
 class TwoTierConfig:
     token_method: str = "ngram"
     gamma: int = 4
+    target: str = "bf16-q4"         # both servers' --target
+    threads: int = 1                # both servers' --threads
     repeats: int = 2
     max_tokens: int = 24
     context_tokens: int = 1024
@@ -41,6 +56,7 @@ class TwoTierConfig:
     command: list[str] | None = None       # the server command (default: token_spec)
     health_timeout_s: float = 300.0
     root_time_scale: float = 1.0    # <1 streams the simulated root faster (tests)
+    progress: bool = False          # a line on stderr per timed run
 
 
 def _rotated(items: tuple, k: int) -> tuple:
@@ -67,11 +83,13 @@ async def run_two_tier(tcfg: TwoTierConfig) -> dict[str, Any]:
     walls: dict[tuple[str, str], list[float]] = {c: [] for c in COMBOS}
     scores: dict[tuple[str, str], list[float]] = {c: [] for c in COMBOS}
     try:
+        engine = ["--target", tcfg.target, "--threads", str(tcfg.threads)]
         async with LocalTokenServer("none", gamma=tcfg.gamma, model_name="local-vanilla",
-                                    command=tcfg.command,
+                                    command=tcfg.command, extra_args=engine,
                                     health_timeout_s=tcfg.health_timeout_s) as off, \
                 LocalTokenServer(tcfg.token_method, gamma=tcfg.gamma,
                                  model_name=f"local-{tcfg.token_method}", command=tcfg.command,
+                                 extra_args=engine,
                                  health_timeout_s=tcfg.health_timeout_s) as on:
             servers = {"off": off, "on": on}
 
@@ -87,6 +105,9 @@ async def run_two_tier(tcfg: TwoTierConfig) -> dict[str, Any]:
                 for token, mode in _rotated(COMBOS, r):
                     run = await run_once(cfg_for(token), episodes, mode, "vanilla", 1)
                     walls[(token, mode)].append(run["wall"])
+                    if tcfg.progress:
+                        print(f"repeat {r + 1}/{tcfg.repeats}: token speculation {token}, "
+                              f"tool {mode}: {run['wall']:.2f} s", file=sys.stderr, flush=True)
                     scores[(token, mode)].append(statistics.fmean(
                         e["score_official"] for e in run["episodes"]))
     finally:
@@ -105,7 +126,8 @@ async def run_two_tier(tcfg: TwoTierConfig) -> dict[str, Any]:
                      "score": statistics.fmean(scores[combo])})
     return {"root_model": "SIMULATED (spectool_bench.simulated.SimulatedRootModel, real time)",
             "sub_model": "token_spec serve (SmolLM2-135M-Instruct) through litellm",
-            "token_method": tcfg.token_method, "gamma": tcfg.gamma, "repeats": tcfg.repeats,
+            "token_method": tcfg.token_method, "gamma": tcfg.gamma, "target": tcfg.target,
+            "threads": tcfg.threads, "repeats": tcfg.repeats,
             "shapes": list(tcfg.shapes), "context_tokens": tcfg.context_tokens,
             "max_tokens": tcfg.max_tokens, "rows": rows}
 
@@ -113,7 +135,8 @@ async def run_two_tier(tcfg: TwoTierConfig) -> dict[str, Any]:
 def render_two_tier(report: dict[str, Any]) -> str:
     lines = [f"both tiers: root model {report['root_model']}; sub-model {report['sub_model']}",
              f"token speculation on = --speculative {report['token_method']} --gamma "
-             f"{report['gamma']}; shapes {', '.join(report['shapes'])}; "
+             f"{report['gamma']}; both servers --target {report.get('target', 'bf16')} "
+             f"--threads {report.get('threads', 1)}; shapes {', '.join(report['shapes'])}; "
              f"{report['context_tokens']} context tokens; max_tokens {report['max_tokens']}; "
              f"{report['repeats']} repeats, interleaved, order rotated; warm-up untimed; "
              "wall seconds (real)",
@@ -131,7 +154,80 @@ def render_two_tier(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main_two_tier(tcfg: TwoTierConfig) -> dict[str, Any]:
+def _machine() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The docs' table of a ``two_tier.json``: one row per combination, then the line
+    that says how it was measured."""
+    lines = ["| token speculation | tool speculation | wall s, median [min, max] "
+             "| × (off, off), median [min, max] | mean score |",
+             "|---|---|---|---|---|"]
+    for r in report["rows"]:
+        note = " (spread overlaps 1.0)" if r["overlaps_1"] else ""
+        lines.append(
+            f"| {r['token_spec']} | {'on' if r['tool_spec'] else 'off'} "
+            f"| {r['wall_median_s']:.2f} [{r['wall_min_s']:.2f}, {r['wall_max_s']:.2f}] "
+            f"| {r['speedup_median']:.2f} [{r['speedup_min']:.2f}, {r['speedup_max']:.2f}]{note} "
+            f"| {r['score']:.3f} |")
+    load = report.get("load_average")
+    lines += ["", f"`{report['command']}`, {report['date']}, {report['machine']}"
+              + (f", load average {load[0]:.1f} at the start and {load[1]:.1f} at the end"
+                 if load else "")
+              + f"; root model {report['root_model']}; sub-model {report['sub_model']}, "
+              f"both servers `--target {report['target']} --threads {report['threads']}`, "
+              f"the 'on' server `--speculative {report['token_method']} --gamma "
+              f"{report['gamma']}`; shapes {', '.join(report['shapes'])}, "
+              f"{report['context_tokens']} context tokens, max_tokens {report['max_tokens']}, "
+              f"{report['repeats']} repeats interleaved."]
+    return "\n".join(lines)
+
+
+def main_two_tier(tcfg: TwoTierConfig, out: str | os.PathLike | None = None,
+                  command: str | None = None) -> dict[str, Any]:
+    start_load = os.getloadavg()[0]
     report = anyio.run(run_two_tier, tcfg)     # asyncio: litellm needs it
+    report.update(command=command or "spectool bench oolong --sub-model local",
+                  date=date.today().isoformat(), machine=_machine(),
+                  load_average=[start_load, os.getloadavg()[0]])
+    if out is not None:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "two_tier.json"), "w") as f:
+            json.dump(report, f, indent=1)
     report["table"] = render_two_tier(report)
     return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m spectool_bench.two_tier render FILE``: the docs' table of a results file."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m spectool_bench.two_tier",
+                                 description="Render the docs' table of a two_tier.json.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("render", help="print the markdown table of a two_tier.json")
+    r.add_argument("file", help="a two_tier.json written by spectool bench oolong "
+                                "--sub-model local --out DIR")
+    args = ap.parse_args(argv)
+    try:
+        with open(args.file) as f:
+            data = json.load(f)
+        print(render_markdown(data))
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: {args.file}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -3,7 +3,7 @@ for the launcher's tests only (stdlib; no model):
 
     python stub_token_server.py serve --host 127.0.0.1 --port P --speculative S
                                       --gamma G --served-model-name NAME [--load-s X]
-                                      [--fail]
+                                      [--fail] [--target T] [--threads N]
 
 ``GET /health`` answers 503 until ``--load-s`` seconds have passed, then 200;
 ``POST /v1/chat/completions`` (non-streaming) answers ``"<NAME>/<S>: <last 12 chars of
@@ -25,7 +25,10 @@ def main() -> int:
     ap.add_argument("command", choices=["serve"])
     ap.add_argument("--host", required=True)
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--speculative", choices=["ngram", "suffix", "draft", "none"], required=True)
+    ap.add_argument("--speculative", choices=["ngram", "suffix", "draft", "ngram+draft", "dspark",
+                                              "none"], required=True)
+    ap.add_argument("--target", default="auto")
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--gamma", type=int, required=True)
     ap.add_argument("--served-model-name", required=True)
     ap.add_argument("--load-s", type=float, default=0.3)

@@ -85,3 +85,47 @@ def test_two_by_two_table_end_to_end_on_the_stub():
     assert table == report["table"]
     assert "SIMULATED" in table and "token spec" in table and "tool spec" in table
     assert all(r["wall_min_s"] <= r["wall_median_s"] <= r["wall_max_s"] for r in rows.values())
+
+
+def test_both_servers_get_the_same_engine_flags():
+    """The only difference between the 'off' and 'on' servers is --speculative: the
+    target and thread count reach both command lines."""
+    from spectool_bench import two_tier
+
+    seen: list[list[str]] = []
+
+    class Recording(LocalTokenServer):
+        def argv(self) -> list[str]:
+            a = super().argv()
+            seen.append(a)
+            return a
+
+    engine = ["--target", "fp32", "--threads", "2"]
+    for method in ("none", "dspark"):
+        Recording(method, extra_args=engine, command=["x"]).argv()
+    assert all(a[-4:] == engine for a in seen)
+    assert [a[a.index("--speculative") + 1] for a in seen] == ["none", "dspark"]
+    assert two_tier.TwoTierConfig().target == "bf16-q4"
+
+
+def test_the_docs_table_of_a_two_tier_file_names_its_command_and_flags_overlaps():
+    from spectool_bench.two_tier import render_markdown
+
+    def row(token, tool, med, lo, hi):
+        return {"token_spec": token, "tool_spec": tool, "wall_median_s": 10 / med,
+                "wall_min_s": 10 / hi, "wall_max_s": 10 / lo, "speedup_median": med,
+                "speedup_min": lo, "speedup_max": hi,
+                "overlaps_1": (token, tool) != ("off", False) and lo <= 1 <= hi, "score": 0.5}
+
+    report = {"command": "spectool bench oolong --sub-model local --out o", "date": "2026-01-01",
+              "machine": "a CPU, 2 cores", "load_average": [0.5, 1.5],
+              "root_model": "SIMULATED", "sub_model": "token_spec serve", "target": "bf16-q4",
+              "threads": 1, "token_method": "ngram", "gamma": 4, "shapes": ["batched"],
+              "context_tokens": 1024, "max_tokens": 24, "repeats": 3,
+              "rows": [row("off", False, 1.0, 1.0, 1.0), row("on", False, 1.02, 0.97, 1.05),
+                       row("on", True, 1.5, 1.4, 1.6)]}
+    md = render_markdown(report)
+    assert "| on | off | 9.80 [9.52, 10.31] | 1.02 [0.97, 1.05] (spread overlaps 1.0) | 0.500 |" in md
+    assert "| on | on | 6.67 [6.25, 7.14] | 1.50 [1.40, 1.60] | 0.500 |" in md
+    assert "`spectool bench oolong --sub-model local --out o`, 2026-01-01" in md
+    assert "load average 0.5 at the start and 1.5 at the end" in md
