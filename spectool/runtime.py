@@ -36,13 +36,13 @@ from typing import Any, AsyncIterable, Iterable, Literal
 import anyio
 import anyio.lowlevel
 
-from .admission import Admission
+from .speculation.admission import Admission
 from .cell_defs import replayable
 from .errors import RuntimeClosedError, StreamAdapterError, StreamError, StreamShapeError
 from .executor import InProcessExecutor
 from .host_budget import DELTA_SLICE_CHARS
 from .segmenter import CellClosed, Segmenter, StatementClosed, TailChanged
-from .store import Budget, Store
+from .speculation.store import Budget, Store
 from .streams import StreamNormalizer
 from .tools import Tool, as_tool, check_tool_set
 from .trace import Trace, TurnStats
@@ -98,7 +98,7 @@ class Runtime:
     on_event: called synchronously with every trace ``Event`` as it happens (progress
     displays, tests); it must not block.
     admission: ``True`` (default: a speculation is launched only when its expected
-    saving beats its expected cost, ``spectool.admission``), ``False`` (launch every
+    saving beats its expected cost, ``spectool.speculation.admission``), ``False`` (launch every
     bet), or an ``Admission`` object (e.g. shared by several runtimes on one server).
     """
 
@@ -134,11 +134,11 @@ class Runtime:
         else:
             self.executor = executor
         self.budget = Budget(max_in_flight, max_arg_bytes_in_flight)
-        # cost-aware admission (spectool.admission), learned across this runtime's turns
+        # cost-aware admission (spectool.speculation.admission), learned across this runtime's turns
         if isinstance(admission, bool):
             admission = Admission(enabled=admission)
         elif not isinstance(admission, Admission):
-            raise TypeError("admission must be True, False or a spectool.admission.Admission")
+            raise TypeError("admission must be True, False or a spectool.speculation.admission.Admission")
         self.admission: Admission = admission
         if shadow is None:
             shadow = os.environ.get("SPECTOOL_SHADOW") or "process"

@@ -24,10 +24,10 @@ import anyio
 import pytest
 
 import spectool
-import spectool.store
+import spectool.speculation.store
 from spectool import shadow_protocol as proto
 from spectool.shadow import Unknown
-from spectool.store import Budget, Store
+from spectool.speculation.store import Budget, Store
 from spectool.trace import Trace, TurnStats
 
 
@@ -240,7 +240,7 @@ async def test_results_and_arguments_keep_baseline_identities(anyio_backend, sha
 @pytest.mark.anyio
 async def test_negative_control_claiming_every_speculation_diverges(anyio_backend,
                                                                     monkeypatch):
-    monkeypatch.setattr(spectool.store, "not_reusable", lambda entry: None)
+    monkeypatch.setattr(spectool.speculation.store, "not_reusable", lambda entry: None)
     base, _, _ = await alias_turn("baseline", "thread")
     spec, stats, _ = await alias_turn("spec", "thread")
     assert stats.hits == SPECULATED

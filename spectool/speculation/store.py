@@ -1,6 +1,6 @@
 """The speculation store: speculative calls keyed by tool + canonical arguments.
 
-One :class:`Store` lives for one turn; the :class:`~spectool.budget.Budget` (calls
+One :class:`Store` lives for one turn; the :class:`~spectool.speculation.capacity.Budget` (calls
 and argument bytes in flight) is shared by all turns of one runtime.
 
 Semantics (pinned in docs/INTERFACES.md):
@@ -33,8 +33,8 @@ Semantics (pinned in docs/INTERFACES.md):
   has been shadow-run.
 * Non-speculatable calls are never started by the shadow; it may *observe* them
   (``observe``): a handle that finishes with a plain-data snapshot of the real call's
-  result when the real run makes that call (see ``spectool.observations``).
-* Admission (``spectool.admission``): before a new speculative execution is
+  result when the real run makes that call (see ``spectool.speculation.observations``).
+* Admission (``spectool.speculation.admission``): before a new speculative execution is
   dispatched, the runtime's ``Admission`` weighs its claim probability against the
   measured contention of the tool; a declined launch is just a later miss. Every tool
   execution is counted (``executions``, ``executions_unclaimed``,
@@ -60,13 +60,13 @@ import anyio.to_thread
 from anyio.abc import TaskGroup
 
 from .admission import Admission
-from .budget import Budget, Ticket
+from .capacity import Budget, Ticket
 from .effects import abort_cancelled, decide, settle, settled_by_real_run
-from .host_budget import LOOP_COPY_ITEMS, larger_than
-from .errors import ToolArgumentError, ToolError
-from .keys import call_key
+from ..host_budget import LOOP_COPY_ITEMS, larger_than
+from ..errors import ToolArgumentError, ToolError
+from ..keys import call_key
 from .observations import Observation, Observations
-from .trace import Trace, TurnStats
+from ..trace import Trace, TurnStats
 
 
 def canonical_key(tool: Any, args: tuple, kwargs: dict) -> str | None:
@@ -637,7 +637,7 @@ class Store:
     def _admit(self, tool: Any, args: tuple, key: str, origin: str,
                duplicate: bool) -> str | None:
         """The admission class of a launch it allows; None (traced with the arguments,
-        counted) if the launch is not expected to pay (``spectool.admission``)."""
+        counted) if the launch is not expected to pay (``spectool.speculation.admission``)."""
         if self.admission is None:
             return "unmanaged"   # no admission: launch everything
         d = self.admission.decide(tool.name, origin, duplicate)
