@@ -39,7 +39,7 @@ from .errors import (
 )
 from .runtime import CellResult, Runtime, TurnResult
 from .shadow_pool import ShadowPool, ShadowWorkerLimits
-from .speculation.store import Budget, EntryState
+from .speculation import Budget, EntryState
 from .subprocess_executor import Opaque, WorkerLimits
 from .tools import Tool, tool
 from .trace import Event, Trace, TurnStats

@@ -18,7 +18,8 @@ import pytest
 import spectool
 import spectool.speculation.store
 from rt_helpers import chunks, fenced
-from spectool.speculation.store import Budget, Store
+from spectool.speculation import Budget, Store
+from spectool.speculation.ledger import Ledger as OccurrenceLedger
 from spectool.trace import Trace, TurnStats
 
 
@@ -397,7 +398,7 @@ async def test_negative_control_a_strict_key_digest_fails_on_a_lone_surrogate(
         entry.idempotency_key = f"{self.turn_id}:{k[0]}:{occ}:{digest}"
         self._fifo[k].append(entry)
 
-    monkeypatch.setattr(Store, "_place", strict_place)
+    monkeypatch.setattr(OccurrenceLedger, "_place", strict_place)
     out = await surrogate_runs()
     assert out["spec"] != out["baseline"] and "UnicodeEncodeError" in out["spec"][0]
 

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 import spectool
 import spectool.runtime
 import spectool.speculation.store
-from spectool.speculation.store import Store
+from spectool.speculation import Store
 
 LATENCIES = (0.0, 0.0, 0.0005, 0.001, 0.003)
 
@@ -411,9 +411,9 @@ class MergingStore(Store):
     async def call(self, tool_name, args, kwargs):
         tool = self.tools[tool_name]
         vargs, vkwargs = tool.validate(args, kwargs)
-        from spectool.speculation.store import canonical_key
+        from spectool.speculation.ledger import canonical_key
         key = canonical_key(tool, vargs, vkwargs) if tool.speculatable else None
-        fifo = self._fifo.get((tool.name, key)) if key is not None else None
+        fifo = self.ledger.placed(tool.name, key) if key is not None else None
         if fifo:
             entry = fifo[0]
             entry.claimed = True
