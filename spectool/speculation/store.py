@@ -10,7 +10,7 @@ Semantics (pinned in docs/INTERFACES.md):
 
 * key = ``(tool name, keys.call_key(args, kwargs, signature))``; arguments that are not plain
   immutable data have no key and are never speculated.
-* Per key a FIFO of :class:`Entry` indexed by *occurrence*: the shadow's n-th launch
+* Per key a FIFO of ledger entries indexed by *occurrence*: the shadow's n-th launch
   of a key and the real run's n-th call of that key meet at entry n. Identical calls
   are never merged unless the tool is ``deterministic`` (then all share entry 0 and
   each real call receives a deep copy of its result).
@@ -18,7 +18,8 @@ Semantics (pinned in docs/INTERFACES.md):
   ``claimed`` | ``evicted``.
 * A real call claims its occurrence: a hit awaits the entry and returns its value or
   re-raises its exception; a miss runs the tool itself, exactly as the baseline
-  (no budget: real calls have priority; a still-pending entry is taken over).
+  (no budget: real calls have priority; a still-pending entry is taken over;
+  ``spectool.speculation.claims``).
 * A shadow launch whose occurrence the real run already reached joins that call.
 * ``close()`` (turn end) cancels every unclaimed entry for real; the tool's
   ``cancel`` hook runs for a cancelled call that had started. Finished-but-unclaimed
