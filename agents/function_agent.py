@@ -34,7 +34,7 @@ from typing import Any
 import anyio
 import pydantic
 from spectool.errors import StreamAdapterError, StreamError, StreamShapeError
-from spectool.store import Budget, Store
+from spectool.speculation import Budget, Store
 from spectool.streams import Delta, ToolCallDelta, normalize
 from spectool.streams import deltas as normalized_deltas
 from spectool.tools import Tool, as_tool

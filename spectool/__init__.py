@@ -14,7 +14,9 @@ runs the tool as the baseline would. See ``Runtime``.
     result = await runtime.run(stream)   # async iterable of text deltas
     result.namespace, result.stdout, result.error, result.stats
 
-Modules: ``tools`` (decorator), ``store`` (speculation store and budget),
+Modules: ``tools`` (decorator), ``speculation`` (the speculation store: its pure
+occurrence ledger, the dispatcher, real calls, admission, capacity, effects,
+observations),
 ``executor`` / ``subprocess_executor`` (real executors), ``runtime`` (wiring),
 ``shadow_pool`` / ``shadow_protocol`` / ``shadow_worker`` (the shadow's worker process),
 ``trace`` (events and stats), ``errors`` (exception tree), and the pure stages
@@ -38,7 +40,7 @@ from .errors import (
 )
 from .runtime import CellResult, Runtime, TurnResult
 from .shadow_pool import ShadowPool, ShadowWorkerLimits
-from .store import Budget, EntryState
+from .speculation import Budget, EntryState
 from .subprocess_executor import Opaque, WorkerLimits
 from .tools import Tool, tool
 from .trace import Event, Trace, TurnStats

@@ -51,7 +51,7 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from ._threads import run_in_worker
-from .store import Store
+from .speculation.store import Store
 from .trace import Trace
 from ._parse import parse as parse_ast
 from ._parse import set_guard as _set_parse_guard

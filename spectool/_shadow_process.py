@@ -76,7 +76,7 @@ from .host_budget import LOOP_COPY_ITEMS, OFFLOOP_COPY_ITEMS
 from ._shadow_driver import _END, QueueDriver
 from ._threads import run_in_worker
 from .shadow_pool import Lane, ShadowPool, WorkerDied, WorkerProcess
-from .store import Store
+from .speculation.store import Store
 from .trace import Trace
 
 __all__ = ["ProcessShadowDriver"]

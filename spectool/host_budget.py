@@ -34,7 +34,7 @@ The bounds, where they are enforced:
   (``spectool.executor``), in baseline as in every mode.
 * :func:`larger_than` decides, in at most ``LOOP_COPY_ITEMS`` steps, when a walk over a
   value belongs in a worker thread: a deterministic tool's result deep-copied for each
-  real call (``spectool.store``), a result measured against a tool's output cap
+  real call (``spectool.speculation.store``), a result measured against a tool's output cap
   (``spectool.tools``).
 """
 

@@ -36,13 +36,13 @@ from typing import Any, AsyncIterable, Iterable, Literal
 import anyio
 import anyio.lowlevel
 
-from .admission import Admission
+from .speculation.admission import Admission
 from .cell_defs import replayable
 from .errors import RuntimeClosedError, StreamAdapterError, StreamError, StreamShapeError
 from .executor import InProcessExecutor
 from .host_budget import DELTA_SLICE_CHARS
 from .segmenter import CellClosed, Segmenter, StatementClosed, TailChanged
-from .store import Budget, Store
+from .speculation import Budget, Store
 from .streams import StreamNormalizer
 from .tools import Tool, as_tool, check_tool_set
 from .trace import Trace, TurnStats
@@ -98,8 +98,9 @@ class Runtime:
     on_event: called synchronously with every trace ``Event`` as it happens (progress
     displays, tests); it must not block.
     admission: ``True`` (default: a speculation is launched only when its expected
-    saving beats its expected cost, ``spectool.admission``), ``False`` (launch every
-    bet), or an ``Admission`` object (e.g. shared by several runtimes on one server).
+    saving beats its expected cost, ``spectool.speculation.admission``), ``False``
+    (launch every bet), or an ``Admission`` object (e.g. shared by several runtimes on
+    one server).
     """
 
     def __init__(self, tools: Iterable[Any] = (), mode: Mode = "spec",
@@ -108,7 +109,7 @@ class Runtime:
                  max_arg_bytes_in_flight: int = 4 << 20, max_output_bytes: int | None = None,
                  shadow_limits: Any = None, languages: tuple[str, ...] = ("repl", "python"),
                  worker_limits: Any = None, on_event: Any = None, limits: Any = None,
-                 admission: Any = True, shadow: str | None = None,
+                 admission: bool | Admission = True, shadow: str | None = None,
                  shadow_pool: Any = None) -> None:
         if limits is not None:
             if shadow_limits is not None:
@@ -134,11 +135,13 @@ class Runtime:
         else:
             self.executor = executor
         self.budget = Budget(max_in_flight, max_arg_bytes_in_flight)
-        # cost-aware admission (spectool.admission), learned across this runtime's turns
+        # cost-aware admission (spectool.speculation.admission), learned across this
+        # runtime's turns
         if isinstance(admission, bool):
             admission = Admission(enabled=admission)
         elif not isinstance(admission, Admission):
-            raise TypeError("admission must be True, False or a spectool.admission.Admission")
+            raise TypeError("admission must be True, False or a "
+                            "spectool.speculation.admission.Admission")
         self.admission: Admission = admission
         if shadow is None:
             shadow = os.environ.get("SPECTOOL_SHADOW") or "process"
@@ -227,7 +230,7 @@ class _Turn:
         self.stats = TurnStats()
         self.cells: list[Any] = []
         self.shadow: Any = None
-        self.store: Any = None
+        self.store: Store | None = None
         self._pending_statements: list[tuple[str, Any]] = []
         self._too_long = 0
 

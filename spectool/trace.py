@@ -110,7 +110,7 @@ class TurnStats:
     executions: int = 0            # started: real misses + speculations that started
     executions_unclaimed: int = 0  # finished, but nobody claimed the result
     executions_cancelled: int = 0  # started, then cancelled before finishing
-    admission_declined: int = 0    # launches the cost model declined (spectool.admission)
+    admission_declined: int = 0    # launches the cost model declined (speculation.admission)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

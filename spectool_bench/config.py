@@ -46,7 +46,7 @@ class BenchConfig:
     max_turns: int = 6
     progress: bool = True
     plots: bool = True
-    admission: bool = True      # the runtime's cost-aware admission (spectool.admission)
+    admission: bool = True      # cost-aware admission (spectool.speculation.admission)
     # the loaded-server scenario: these shapes again, at concurrency 1, on a simulated
     # server whose latency grows by ``loaded_alpha`` per extra call in flight, with
     # admission on and off (None: skip)

@@ -18,7 +18,7 @@ Each shape is modelled on real RLM trajectories over OOLONG windows:
 * ``reassigned_loop``: a loop whose call argument (``prompt``) is re-assigned at the
   end of the body for the next iteration: a peek at iteration i+1 taken while
   iteration i waits still sees iteration i's prompt (a stale binding), the case
-  cost-aware admission exists for (``spectool.admission``).
+  cost-aware admission exists for (``spectool.speculation.admission``).
 * ``batched_end``: what current models write in batch-first harnesses: the prompts
   built by a comprehension and one ``llm_query_batched`` call as the cell's last line;
   the aggregation in the next turn.

@@ -35,7 +35,7 @@ from typing import Any
 
 import anyio
 import spectool
-from spectool.store import Store
+from spectool.speculation import Store
 from spectool.streams import normalize
 from spectool.trace import Trace, TurnStats
 

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 import spectool
-from spectool.admission import Admission, Decision
+from spectool.speculation.admission import Admission, Decision
 from spectool_bench.gaps import (ADMISSION, CLOSABLE, DATA_DEPENDENCY, LOOKAHEAD, NOT_STREAMED,
                                  OTHER, SHADOW_LAG, EventLog, Gap, RunCall, episode_gap,
                                  how_started, own_cause)

@@ -1,4 +1,4 @@
-"""Cost-aware admission (spectool.admission): the decision rule, the online models,
+"""Cost-aware admission (spectool.speculation.admission): the decision rule, the online models,
 the execution counters, and that admission changes only speed, never results."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import spectool
-from spectool.admission import (Admission, ClaimModel, ContentionModel, Decision,
+from spectool.speculation.admission import (Admission, ClaimModel, ContentionModel, Decision,
                                 bet_class, launch_pays)
 from rt_helpers import chunks
 from test_lossless import World, describe, plain_namespace, programs, splits

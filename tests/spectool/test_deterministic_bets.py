@@ -16,7 +16,7 @@ from anyio import wait_all_tasks_blocked
 
 import spectool
 from rt_helpers import GatedStream
-from spectool.store import Budget, Store
+from spectool.speculation import Budget, Store
 from spectool.trace import Trace, TurnStats
 
 

@@ -5,7 +5,7 @@ prepare early, commit on claim and abort otherwise.
 Invariant checked by ``Ledger.check``: every run of an idempotent tool's body is either
 claimed by the real run (its key reached the namespace) or compensated exactly once,
 after the run settled, and never both. The negative controls switch the settlement
-off (``spectool.store.settle`` replaced by a no-op) and show the check fails.
+off (``spectool.speculation.store.settle`` replaced by a no-op) and show the check fails.
 
 Ordering uses anyio Events and the trace listener; nothing sleeps.
 """
@@ -16,9 +16,10 @@ import anyio
 import pytest
 
 import spectool
-import spectool.store
+import spectool.speculation.store
 from rt_helpers import chunks, fenced
-from spectool.store import Budget, Store
+from spectool.speculation import Budget, Store
+from spectool.speculation.ledger import Ledger as OccurrenceLedger
 from spectool.trace import Trace, TurnStats
 
 
@@ -132,7 +133,7 @@ async def test_negative_control_without_settlement_the_check_fails(anyio_backend
     async def no_settle(entry, trace):
         return None
 
-    monkeypatch.setattr(spectool.store, "settle", no_settle)
+    monkeypatch.setattr(spectool.speculation.store, "settle", no_settle)
     ledger = Ledger()
     res = await run_case("last_line_syntax_error", ledger)
     assert ledger.started and not ledger.compensated
@@ -397,7 +398,7 @@ async def test_negative_control_a_strict_key_digest_fails_on_a_lone_surrogate(
         entry.idempotency_key = f"{self.turn_id}:{k[0]}:{occ}:{digest}"
         self._fifo[k].append(entry)
 
-    monkeypatch.setattr(Store, "_place", strict_place)
+    monkeypatch.setattr(OccurrenceLedger, "_place", strict_place)
     out = await surrogate_runs()
     assert out["spec"] != out["baseline"] and "UnicodeEncodeError" in out["spec"][0]
 
@@ -691,7 +692,7 @@ async def test_two_phase_real_call_cancelled_during_its_prepare_is_aborted(anyio
 @pytest.mark.anyio
 async def test_negative_control_claimed_counts_as_settled_leaks_the_hold(anyio_backend,
                                                                         monkeypatch):
-    import spectool.effects as effects
+    import spectool.speculation.effects as effects
     monkeypatch.setattr(effects, "_unclaimed", lambda entry: not entry.claimed)
     assert await claim_then_cancel() == []
 

@@ -24,10 +24,11 @@ import anyio
 import pytest
 
 import spectool
-import spectool.store
+import spectool.speculation.claims
 from spectool import shadow_protocol as proto
 from spectool.shadow import Unknown
-from spectool.store import Budget, Store
+from spectool.speculation import Budget, Store
+from spectool.speculation.claims import RealCalls
 from spectool.trace import Trace, TurnStats
 
 
@@ -240,7 +241,7 @@ async def test_results_and_arguments_keep_baseline_identities(anyio_backend, sha
 @pytest.mark.anyio
 async def test_negative_control_claiming_every_speculation_diverges(anyio_backend,
                                                                     monkeypatch):
-    monkeypatch.setattr(spectool.store, "not_reusable", lambda entry: None)
+    monkeypatch.setattr(spectool.speculation.claims, "not_reusable", lambda entry: None)
     base, _, _ = await alias_turn("baseline", "thread")
     spec, stats, _ = await alias_turn("spec", "thread")
     assert stats.hits == SPECULATED
@@ -275,7 +276,8 @@ async def test_a_speculation_that_never_started_runs_on_the_real_arguments(
     gets the cell's objects, not the shadow's copy. ``take_over=False`` is the
     negative control: the takeover runs on the copy, as it used to."""
     if not take_over:
-        monkeypatch.setattr(Store, "_take_over", staticmethod(lambda entry, args, kwargs: None))
+        monkeypatch.setattr(RealCalls, "_take_over",
+                            staticmethod(lambda entry, args, kwargs: None))
     release = anyio.Event()
 
     @spectool.tool(speculate="pure")

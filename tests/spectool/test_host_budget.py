@@ -29,7 +29,7 @@ from spectool.segmenter import Segmenter, StatementClosed, TailChanged
 from spectool.shadow import hash_guard
 from spectool.shadow.copying import PlainCopier
 from spectool.shadow.values import Unknown
-from spectool.store import Outcome
+from spectool.speculation import Outcome
 from shadow_driver import shadow as run_shadow
 
 SAME_HASH = (1 << 61) - 1          # CPython hashes an int modulo this prime

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 import spectool
-from spectool.store import Budget, Store
+from spectool.speculation import Budget, Store
 from spectool.trace import Trace, TurnStats
 from shadow_driver import RecordingHost, shadow
 

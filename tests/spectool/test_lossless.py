@@ -29,8 +29,8 @@ from hypothesis import strategies as st
 
 import spectool
 import spectool.runtime
-import spectool.store
-from spectool.store import Store
+import spectool.speculation.store
+from spectool.speculation import Store
 
 LATENCIES = (0.0, 0.0, 0.0005, 0.001, 0.003)
 
@@ -411,9 +411,9 @@ class MergingStore(Store):
     async def call(self, tool_name, args, kwargs):
         tool = self.tools[tool_name]
         vargs, vkwargs = tool.validate(args, kwargs)
-        from spectool.store import canonical_key
+        from spectool.speculation.ledger import canonical_key
         key = canonical_key(tool, vargs, vkwargs) if tool.speculatable else None
-        fifo = self._fifo.get((tool.name, key)) if key is not None else None
+        fifo = self.ledger.placed(tool.name, key) if key is not None else None
         if fifo:
             entry = fifo[0]
             entry.claimed = True
@@ -452,7 +452,7 @@ async def test_negative_control_unsettled_idempotent_runs_are_caught(anyio_backe
     async def no_settle(entry, trace):
         return None
 
-    monkeypatch.setattr(spectool.store, "settle", no_settle)
+    monkeypatch.setattr(spectool.speculation.store, "settle", no_settle)
     caught = 0
     for _ in range(3):     # the shadow must have launched before the stream ended
         try:

@@ -5,7 +5,7 @@ import anyio
 import pytest
 
 import spectool
-from spectool.observations import Observations
+from spectool.speculation.observations import Observations
 from spectool.shadow import Unknown
 from spectool.trace import Trace
 from rt_helpers import chunks, fenced
@@ -59,7 +59,7 @@ async def test_calls_depending_on_a_never_tool_fan_out_once_it_returns(anyio_bac
 @pytest.mark.anyio
 async def test_negative_control_without_observations_the_loop_cannot_fan_out(
         anyio_backend, monkeypatch):
-    monkeypatch.setattr(spectool.store.Store, "observe", lambda self, *a: None)
+    monkeypatch.setattr(spectool.speculation.store.Store, "observe", lambda self, *a: None)
     tools, _ = guide_tools(all_started=True)
     rt = spectool.Runtime(tools, mode="spec")
     with anyio.move_on_after(2) as scope:   # detects a hang; orders nothing
@@ -184,7 +184,7 @@ async def test_the_shadow_gets_a_copy_of_plain_results(anyio_backend):
 @pytest.mark.anyio
 async def test_results_too_large_or_not_plain_reach_the_shadow_as_unknown(
         anyio_backend, monkeypatch):
-    monkeypatch.setattr(spectool.observations, "MAX_SNAPSHOT_ITEMS", 10)
+    monkeypatch.setattr(spectool.speculation.observations, "MAX_SNAPSHOT_ITEMS", 10)
     assert isinstance(await _observed([str(i) for i in range(50)]), Unknown)
     assert await _observed([str(i) for i in range(5)]) == ["0", "1", "2", "3", "4"]
     assert isinstance(await _observed(object()), Unknown)

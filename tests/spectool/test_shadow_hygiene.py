@@ -149,7 +149,7 @@ async def test_negative_control_unbounded_stale_frames_are_all_read(anyio_backen
 
 # ------------------------------------------------------------------ floods
 def _count_lookaheads(monkeypatch) -> list[int]:
-    from spectool.store import Store
+    from spectool.speculation import Store
     taken: list[int] = []
     real = Store.lookahead_bets
 

@@ -12,7 +12,7 @@ import pytest
 from anyio import wait_all_tasks_blocked
 
 import spectool
-from spectool.store import Budget, EntryState, Store
+from spectool.speculation import Budget, EntryState, Store
 from spectool.trace import Trace, TurnStats
 
 

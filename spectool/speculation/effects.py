@@ -26,16 +26,20 @@ recorded in the trace and never fails the turn.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Awaitable, Callable
 
 import anyio
+
+from ..tools import Tool
+from ..trace import Trace
+from .live import LiveEntry
 
 __all__ = ["settle", "HOOK_TIMEOUT_S", "decide", "settled_by_real_run", "abort_cancelled"]
 
 HOOK_TIMEOUT_S = 30.0
 
 
-def decide(entry: Any, closing: bool = False) -> None:
+def decide(entry: LiveEntry, closing: bool = False) -> None:
     """The real run claimed the entry, or the turn closed (``closing``) without
     claiming it: the speculation task may now settle it. A two_phase entry is decided
     only once the real call has its prepared value (``settled_by_real_run``) or at
@@ -48,20 +52,20 @@ def decide(entry: Any, closing: bool = False) -> None:
     event.set()
 
 
-def settled_by_real_run(entry: Any) -> None:
+def settled_by_real_run(entry: LiveEntry) -> None:
     """two_phase: the real call received the prepared value (it commits it next) or
     the error ``prepare`` raised: nothing is left to abort."""
     entry.committed = True
     decide(entry)
 
 
-def _unclaimed(entry: Any) -> bool:
+def _unclaimed(entry: LiveEntry) -> bool:
     if entry.tool.speculate == "two_phase":
         return not entry.committed
     return not entry.claimed
 
 
-async def settle(entry: Any, trace: Any) -> None:
+async def settle(entry: LiveEntry, trace: Trace) -> None:
     """Wait until the entry is claimed or the turn has closed, then compensate an
     unclaimed run (see the module docstring). Called by the speculation task after the
     call settled, only when the tool function was invoked."""
@@ -75,13 +79,13 @@ async def settle(entry: Any, trace: Any) -> None:
         await _compensate(entry, trace)
 
 
-async def abort_cancelled(tool: Any, key: str | None, trace: Any) -> None:
+async def abort_cancelled(tool: Tool, key: str | list[str] | None, trace: Trace) -> None:
     """two_phase, a real (not speculative) call cancelled before it could commit (the
     turn was cancelled while ``prepare`` ran): ``abort(key, None)``, shielded."""
     await _run_hook(tool, trace, "abort", tool.abort_prepared, key, None)
 
 
-async def _compensate(entry: Any, trace: Any) -> None:
+async def _compensate(entry: LiveEntry, trace: Trace) -> None:
     if entry.compensated:
         return
     entry.compensated = True
@@ -96,7 +100,8 @@ async def _compensate(entry: Any, trace: Any) -> None:
                         entry.args, entry.kwargs, occurrence=entry.occurrence)
 
 
-async def _run_hook(tool: Any, trace: Any, kind: str, hook: Any, *args: Any,
+async def _run_hook(tool: Tool, trace: Trace, kind: str,
+                    hook: Callable[..., Awaitable[object]], *args: object,
                     occurrence: int = -1) -> None:
     """Run a compensation hook shielded and bounded; trace what happened."""
     bound = max(HOOK_TIMEOUT_S, tool.timeout or 0.0)

@@ -31,11 +31,11 @@ from typing import Any, Awaitable, Callable
 
 import anyio
 
-from .host_budget import LOOP_COPY_ITEMS
-from .shadow.copying import PlainCopier
-from .shadow.limits import LimitExceeded
-from .shadow.values import Unknown
-from .trace import Trace
+from ..host_budget import LOOP_COPY_ITEMS
+from ..shadow.copying import PlainCopier
+from ..shadow.limits import LimitExceeded
+from ..shadow.values import Unknown
+from ..trace import Trace
 
 __all__ = ["Observation", "Observations", "MAX_SNAPSHOT_ITEMS"]
 

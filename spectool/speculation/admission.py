@@ -38,20 +38,26 @@ The model (one decision, pure arithmetic)::
   Until the executions have spread over different loads, ``alpha`` is the prior
   (0.1): a class with low claim odds is declined on an unknown server.
 
-The store counts every declined launch in ``TurnStats.admission_declined`` and traces
-it as ``decline`` with ``reason="admission"``, ``p`` and ``alpha``.
+One :class:`TurnAdmission` puts a runtime's model to work for one turn's store: it
+counts every declined launch in ``TurnStats.admission_declined``, traces it as
+``decline`` with ``reason="admission"``, ``p`` and ``alpha``, and feeds the ledger's
+claims back to the model.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
-__all__ = ["Admission", "ClaimModel", "ContentionModel", "Decision", "launch_pays",
-           "CLASSES", "bet_class"]
+from ..trace import Trace, TurnStats
+from .ledger import Ledger, Prepared
+
+__all__ = ["Admission", "ClaimModel", "ContentionModel", "Decision", "TurnAdmission",
+           "launch_pays", "CLASSES", "bet_class"]
 
 # Beta priors (claimed, unclaimed) per class
 PRIORS: dict[str, tuple[float, float]] = {
@@ -221,3 +227,71 @@ class Admission:
 
     def in_flight(self, tool: str) -> int:
         return self._in_flight[tool]
+
+
+class TurnAdmission:
+    """A runtime's :class:`Admission` at work for one turn's store (``None``: baseline,
+    nothing is rated, every launch is ``unmanaged``): rates launches, records declines
+    in the ledger, times executions and learns the claims at turn end."""
+
+    def __init__(self, model: Admission | None, ledger: Ledger, *, trace: Trace,
+                 stats: TurnStats) -> None:
+        self.model = model
+        self.ledger = ledger
+        self.trace = trace
+        self.stats = stats
+
+    def admit(self, call: Prepared, origin: str, duplicate: bool) -> str | None:
+        """The admission class of a launch it allows; None (traced with the arguments,
+        counted) if the launch is not expected to pay."""
+        if self.model is None:
+            return "unmanaged"   # no admission: launch everything
+        d = self.model.decide(call.tool.name, origin, duplicate)
+        if d.launch:
+            return d.klass
+        self.ledger.record_decline(call.tool, call.key, d.klass)
+        self.stats.admission_declined += 1
+        self.stats.declined += 1
+        self.trace.add("decline", tool=call.tool.name, reason="admission", origin=origin,
+                       args=list(call.args), klass=d.klass, p=round(d.p, 3),
+                       alpha=round(d.alpha, 3))
+        return None
+
+    @property
+    def rates(self) -> bool:
+        """Launches are rated: the model learns which ones were claimed."""
+        return self.model is not None
+
+    def missed(self, tool_name: str, key: str, occ: int) -> None:
+        """A real call missed: a bet declined for this key at this (or an earlier)
+        occurrence would have been claimed."""
+        if self.model is None:
+            return
+        klass = self.ledger.pop_declined(tool_name, key, occ)
+        if klass is not None:
+            self.model.settle(tool_name, klass, claimed=True)
+
+    def learn(self) -> None:
+        """Turn end: tell the model which launched (and declined) bets were claimed."""
+        if self.model is None:
+            return
+        for tool_name, klass, claimed in self.ledger.claim_outcomes():
+            self.model.settle(tool_name, klass, claimed=claimed)
+
+    @contextlib.contextmanager
+    def executing(self, tool_name: str, count: int = 1) -> Iterator[None]:
+        """Count ``count`` executions of a tool and time them for the contention model
+        (a cancelled execution gives no latency sample)."""
+        self.stats.executions += count
+        model = self.model
+        runs = [model.started(tool_name) for _ in range(count)] if model is not None else []
+        ok = False
+        try:
+            yield
+            ok = True
+        except Exception:
+            ok = True
+            raise
+        finally:
+            for run in runs:
+                model.finished(run, ok)  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""Admission budget for speculative calls: calls and argument bytes in flight.
+"""Speculation capacity: calls and argument bytes in flight, first come first served.
 
 One :class:`Budget` is shared by all turns of a runtime. Admission is first-come
 first-served in launch order; it waits and never refuses (a call larger than the byte
