@@ -16,7 +16,7 @@ runs the tool as the baseline would. See ``Runtime``.
 
 Modules: ``tools`` (decorator), ``store`` (speculation store and budget),
 ``executor`` / ``subprocess_executor`` (real executors), ``runtime`` (wiring),
-``shadow_pool`` / ``shadow_protocol`` / ``shadow_worker`` (the shadow's worker process),
+``shadow_host`` (the shadow's drivers, worker pool, protocol and worker process),
 ``trace`` (events and stats), ``errors`` (exception tree), and the pure stages
 ``segmenter``, ``shadow``, ``keys``.
 """
@@ -37,7 +37,7 @@ from .errors import (
     WorkerCrashedError,
 )
 from .runtime import CellResult, Runtime, TurnResult
-from .shadow_pool import ShadowPool, ShadowWorkerLimits
+from .shadow_host.pool import ShadowPool, ShadowWorkerLimits
 from .store import Budget, EntryState
 from .subprocess_executor import Opaque, WorkerLimits
 from .tools import Tool, tool

@@ -91,7 +91,7 @@ class Runtime:
     shadow_limits (alias ``limits``): a ``spectool.shadow.Limits`` for the shadow.
     worker_limits: a ``spectool.WorkerLimits`` for the subprocess executor.
     shadow: where the shadow interpreter runs: ``"process"`` (default; a lane of a worker
-    process of ``shadow_pool``, isolated from the host by hard limits) or ``"thread"``
+    process of ``shadow_host.pool``, isolated from the host by hard limits) or ``"thread"``
     (worker threads of this process; not isolated). Default: ``$SPECTOOL_SHADOW`` or
     ``"process"``.
     shadow_pool: a ``spectool.ShadowPool`` (default: the process-wide pool).
@@ -149,9 +149,10 @@ class Runtime:
         if mode != "baseline":
             # import the shadow now, not inside the first turn's worker thread (where its
             # import time would delay the first speculations)
-            from . import _shadow_driver, shadow as _shadow  # noqa: F401
+            from . import shadow as _shadow
+            from .shadow_host import thread_driver  # noqa: F401
             if shadow == "process" and self.shadow_pool is None:
-                from .shadow_pool import default_pool
+                from .shadow_host.pool import default_pool
                 self.shadow_pool = default_pool()   # warm workers start now
         self.max_dispatches_per_turn = max_dispatches_per_turn
         self.max_output_bytes = max_output_bytes
@@ -253,8 +254,8 @@ class _Turn:
             shadow_scope = anyio.CancelScope()
             snap = None
             if rt.mode != "baseline":
-                from ._shadow_driver import ShadowDriver
-                from ._shadow_process import ProcessShadowDriver
+                from .shadow_host.thread_driver import ShadowDriver
+                from .shadow_host.process_driver import ProcessShadowDriver
                 variables = rt.executor.variables()
                 limits = _turn_limits(rt.shadow_limits, rt._cell_patches)
                 if rt.shadow == "process":
@@ -482,7 +483,7 @@ def _snapshot(variables: dict[str, Any], limits: Any = None) -> Any:
     (exact-type checks, no user code, aliasing kept) and turns everything else into
     Unknown (``spectool.shadow.copying.snapshot``).
     """
-    from .snapshot import ThreadSnapshot
+    from .shadow_host.snapshot import ThreadSnapshot
     from .shadow.limits import Limits
     return ThreadSnapshot(_bindings(variables), (limits or Limits()).max_namespace_items)
 

@@ -117,7 +117,7 @@ HOST_WORK = ("named_list", "hash_dict", "hash_set", "hash_build", "big_chunk", "
 # ---------------------------------------------------------------- child: one turn
 async def _child(shadow: str, attack: str) -> dict:
     import spectool
-    from spectool.shadow_pool import ShadowPool
+    from spectool.shadow_host.pool import ShadowPool
 
     pool = ShadowPool(1) if shadow == "process" else None
     if attack in HOST_WORK:
@@ -221,7 +221,7 @@ def print_stalls(rows: list[dict]) -> None:
 def decode_costs(repeat: int = 5) -> None:
     """What the largest replies a hostile worker may send cost the host to decode (or
     reject): the decoder runs on the event loop, so this bounds its stall."""
-    from spectool import shadow_protocol as proto
+    from spectool.shadow_host import protocol as proto
     n = proto.MAX_NODES - 8
     nodes = proto.LENGTH.pack(0)  # placeholder, replaced below
     header = b"[[1," + b"[4]," * (n // 2) + b"0],[]]"
@@ -269,7 +269,7 @@ def micro(rounds: int = 2) -> None:
 def _process_run_once(pool, message: str, context: str) -> tuple[float, dict]:
     """shadow_throughput.run_once, with the interpreter in a worker process: every
     statement and tail is a command; launches answered at once like InstantHost."""
-    from spectool import shadow_protocol as proto
+    from spectool.shadow_host import protocol as proto
     from spectool.segmenter import Segmenter, StatementClosed, TailChanged
     lane = pool.lease()
     worker = lane.worker
@@ -332,7 +332,7 @@ def _process_run_once(pool, message: str, context: str) -> tuple[float, dict]:
 
 
 def throughput(repeat: int = 3) -> None:
-    from spectool.shadow_pool import ShadowPool
+    from spectool.shadow_host.pool import ShadowPool
     from spectool_bench import shadow_throughput as st
     context = "\n".join(f"Date: Jan {i % 28 + 1:02d}, 2023 || User: {10000 + i % 97} || "
                         f"Instance: what is the capital of country number {i}?" for i in range(400))

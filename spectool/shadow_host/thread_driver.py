@@ -3,7 +3,7 @@
 Two drivers share :class:`QueueDriver` (the queue and the order of work below, down
 to the loop while a statement waits, ``QueueDriver._blocked``; each driver supplies
 only the transport, ``_peek_ahead`` and ``_refresh``):
-``spectool._shadow_process.ProcessShadowDriver`` (the default, ``Runtime(shadow=
+``spectool.shadow_host.process_driver.ProcessShadowDriver`` (the default, ``Runtime(shadow=
 "process")``) runs the interpreter in a worker process behind a message protocol;
 :class:`ShadowDriver` (``shadow="thread"``, documented and tested, not isolated) runs
 it in worker threads of the host process, as described here.
@@ -50,11 +50,11 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
-from ._threads import run_in_worker
-from .store import Store
-from .trace import Trace
-from ._parse import parse as parse_ast
-from ._parse import set_guard as _set_parse_guard
+from .._threads import run_in_worker
+from ..store import Store
+from ..trace import Trace
+from .._parse import parse as parse_ast
+from .._parse import set_guard as _set_parse_guard
 
 # the shadow parses in a worker thread while the segmenter parses in the event loop:
 # one process-wide lock around every AST build (a CPython 3.11 race; see _parse)
@@ -66,7 +66,7 @@ _END = object()
 
 
 def tool_infos(tools: Mapping[str, Any]) -> dict[str, Any]:
-    from .shadow import ToolInfo
+    from ..shadow import ToolInfo
     return {name: ToolInfo(name=t.name, speculate=t.speculate, signature=t.signature,
                            batched_of=t.batched_of)
             for name, t in tools.items()}
@@ -132,7 +132,7 @@ _STOP_GRACE_SECONDS = 5.0
 class QueueDriver:
     """What every shadow driver shares: the queue of work fed by the runtime (closed
     statements, the newest tail, the end of input), never blocking the feeder.
-    ``spectool._shadow_process.ProcessShadowDriver`` drives a worker process;
+    ``spectool.shadow_host.process_driver.ProcessShadowDriver`` drives a worker process;
     :class:`ShadowDriver` a worker thread."""
 
     def __init__(self, tools: Mapping[str, Any], store: Store, trace: Trace,
@@ -264,7 +264,7 @@ class ShadowDriver(QueueDriver):
     async def run(self) -> None:
         kwargs = {} if self.limits is None else {"limits": self.limits}
         try:
-            from .shadow import Outcome, ShadowInterpreter, WaitFor
+            from ..shadow import Outcome, ShadowInterpreter, WaitFor
             interp = self._interp = await self._in_thread(functools.partial(
                 ShadowInterpreter, self.namespace, tool_infos(self.tools), self._host,
                 **kwargs))
@@ -291,7 +291,7 @@ class ShadowDriver(QueueDriver):
 
     async def _statement(self, interp: Any, source: str, tree: Any, WaitFor: Any,
                          Outcome: Any) -> None:
-        from .shadow import lookahead
+        from ..shadow import lookahead
         # a generator: creating it runs nothing
         gen = (interp.run_statement(source) if tree is None
                else interp.run_statement(source, tree=tree))
@@ -318,7 +318,7 @@ class ShadowDriver(QueueDriver):
                                             unknown))
 
     async def _refresh(self) -> bool:
-        from .shadow import lookahead
+        from ..shadow import lookahead
         await self._in_thread(lookahead.refresh, self._interp)
         return lookahead.active(self._interp)
 
@@ -333,7 +333,7 @@ def written_names(source: str, tree: Any) -> frozenset[str]:
     """Names a statement may rebind or mutate (``shadow.analysis.written_names``)."""
     import ast
 
-    from .shadow import analysis
+    from ..shadow import analysis
     if not isinstance(tree, ast.Module):
         try:
             tree = parse_ast(source)

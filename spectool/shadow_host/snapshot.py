@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from .shadow import copying as _copying
+from ..shadow import copying as _copying
 
 __all__ = ["ThreadSnapshot"]
 

@@ -1,9 +1,9 @@
 """The shadow worker process: the shadow interpreter behind the message protocol.
 
-Started by :mod:`spectool.shadow_pool` as ``python -I -S -c BOOTSTRAP CONFIG``. The
+Started by :mod:`spectool.shadow_host.pool` as ``python -I -S -c BOOTSTRAP CONFIG``. The
 bootstrap registers a bare ``spectool`` package (``spectool/__init__`` is not run), so
 the worker imports only the pure stages (``spectool.shadow``, ``keys``,
-``segmenter``), this module and :mod:`spectool.shadow_protocol`: no anyio, no tools,
+``segmenter``), this module and :mod:`spectool.shadow_host.protocol`: no anyio, no tools,
 no user code. Then, before it reads a single command, it confines itself
 (:func:`confine`): address space (RLIMIT_AS), CPU time (RLIMIT_CPU, re-armed per command),
 no core dumps, no file writes, no new processes, a lower CPU priority (nice), every
@@ -17,7 +17,7 @@ utimes, xattrs, mknod, mount) or reaches another process (kill, ptrace,
 One worker serves many turns at once (:class:`Mux`): every command carries its turn's
 lease nonce, each lease has its own :class:`Session` (interpreter, namespace, CPU
 budget), made at ``begin`` and dropped at ``end``, and each reply frame carries the
-lease of the turn it answers (:func:`spectool.shadow_protocol.lease_frame`). Commands
+lease of the turn it answers (:func:`spectool.shadow_host.protocol.lease_frame`). Commands
 run one at a time, in arrival order, each under a CPU slice (``ITIMER_VIRTUAL``;
 SIGVTALRM interrupts the running turn's interpreter, whose shadow then stops for that
 turn only); RLIMIT_CPU, re-armed at each command, ends the process if one C call
@@ -40,7 +40,7 @@ import socket
 import sys
 from typing import Any
 
-from . import shadow_protocol as proto
+from . import protocol as proto
 
 __all__ = ["main", "confine", "Mux", "Session", "RemoteHandle"]
 
@@ -154,7 +154,7 @@ class _Host:
         self._s.channel.write(_encode_bets("lookahead", bets))
 
     def lookahead_outcome(self, tool_name: str, args: tuple, kwargs: dict, occurrence: int):
-        from .shadow import Outcome
+        from ..shadow import Outcome
         got = self._s.request(_encode_call("lookahead_outcome", tool_name, args, kwargs,
                                            occurrence))
         return None if got is None else Outcome(value=got[0], error=got[1])
@@ -204,7 +204,7 @@ class Session:
             return proto.encode_reply(("error", f"{type(exc).__name__}: {exc}"[:500]))
 
     def _run(self, kind: str, fields: tuple) -> bytes:
-        from .shadow import Outcome, lookahead
+        from ..shadow import Outcome, lookahead
         interp = self.interp
         if kind == "statement":
             self.gen = interp.run_statement(fields[0])
@@ -225,7 +225,7 @@ class Session:
         raise _OutOfStep(f"unknown command {kind!r}")
 
     def _step(self, value: Any) -> bytes:
-        from .shadow import WaitFor, lookahead
+        from ..shadow import WaitFor, lookahead
         try:
             request = self.gen.send(value)
         except StopIteration:
@@ -237,7 +237,7 @@ class Session:
                                    bool(lookahead.active(self.interp))))
 
     def _begin(self, tools: tuple, limits: dict | None, cpu_seconds: float | None) -> None:
-        from .shadow import Limits, ShadowInterpreter, ToolInfo
+        from ..shadow import Limits, ShadowInterpreter, ToolInfo
         self._end()
         self.cpu_seconds = cpu_seconds
         infos = {name: ToolInfo(name=name, speculate=speculate, batched_of=batched_of)
