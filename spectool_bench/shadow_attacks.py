@@ -115,6 +115,29 @@ HOST_WORK = ("named_list", "hash_dict", "hash_set", "hash_build", "big_chunk", "
 
 
 # ---------------------------------------------------------------- child: one turn
+async def _warm(pool, owner: object) -> None:
+    """Wait until a worker of ``pool`` has said it is ready (its imports done), as in
+    a long-running host: one round trip on a lane of it (``begin``, a ``pass``
+    statement, its ``done`` reply), whose read takes the worker's ready frame first.
+    (A turn of a ``pass`` cell would not do: the real run ends, and with it the turn's
+    shadow, before the worker's first frame is read.)"""
+    from spectool.shadow_host import protocol as proto
+
+    lane = pool.lease(owner)
+    if lane is None:
+        raise RuntimeError("no shadow worker to warm")
+    try:
+        await lane.send(proto.encode_command(("begin", (), None, pool.limits.cpu_seconds_per_turn),
+                                             lane.lease),
+                        proto.encode_command(("statement", "pass"), lane.lease))
+        with anyio.fail_after(10):
+            reply = await lane.read(max_stale=0, max_inbox=2)
+        if reply != ("done",) or not lane.worker.readied:
+            raise RuntimeError(f"the shadow worker did not warm up: {reply!r}")
+    finally:
+        pool.release(lane, reusable=True)
+
+
 async def _child(shadow: str, attack: str) -> dict:
     import spectool
     from spectool.shadow_host.pool import ShadowPool
@@ -148,10 +171,7 @@ async def _child(shadow: str, attack: str) -> dict:
         runtime = spectool.Runtime(tools, mode="spec", shadow=shadow, shadow_pool=pool,
                                    namespace=dict(namespace))
         if pool is not None:      # a warm worker, as in a long-running host
-            await runtime.run_cell("pass")
-            with anyio.fail_after(10):
-                while not any(w.readied for w in pool.workers()):
-                    await runtime.run_cell("pass")
+            await _warm(pool, runtime.id)
         base, base_stall = await turn("baseline")
         rss0 = peak_rss_kb()
         cpu0 = time.process_time()
