@@ -180,7 +180,7 @@ class CoreInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsMix
             self._dead = True
             self._records.append(StatementRecord(index, "error", f"does not parse: {exc}", 0))
             return
-        launched_before = self._launched_total()
+        launched_before = self._launched
         self._version += 1
         status, detail = "ok", ""
         self._reset_budget()
@@ -210,7 +210,7 @@ class CoreInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsMix
             self._dead = True
             status, detail = "limit", "shadow time for this cell spent"
         self._records.append(StatementRecord(index, status, detail,
-                                             self._launched_total() - launched_before))
+                                             self._launched - launched_before))
 
     def _reset_budget(self, max_steps: int | None = None, max_seconds: float | None = None) -> None:
         self._max_steps = self._limits.max_steps if max_steps is None else max_steps
@@ -262,9 +262,6 @@ class CoreInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsMix
         loop's own iterator is out of its reach)."""
         self._made_iterators = True
         return value
-
-    def _launched_total(self) -> int:
-        return self._launched
 
     def _account(self, value: object) -> object:
         t = type(value)
