@@ -66,7 +66,7 @@ import re
 import signal
 import threading
 import unicodedata
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import anyio
 import anyio.lowlevel
@@ -78,6 +78,10 @@ from .._threads import run_in_worker
 from .pool import Lane, ShadowPool, WorkerDied, WorkerProcess
 from ..store import Store
 from ..trace import Trace
+
+if TYPE_CHECKING:  # annotations only
+    from ..tools import Tool
+    from ..shadow.limits import Limits
 
 __all__ = ["ProcessShadowDriver"]
 
@@ -190,8 +194,8 @@ class _Failed(Exception):
 
 
 class ProcessShadowDriver(QueueDriver):
-    def __init__(self, tools: Mapping[str, Any], store: Store, trace: Trace,
-                 limits: Any, namespace: dict[str, Any], pool: ShadowPool,
+    def __init__(self, tools: Mapping[str, Tool], store: Store, trace: Trace,
+                 limits: Limits | None, namespace: Mapping[str, Any], pool: ShadowPool,
                  owner: object = None) -> None:
         super().__init__(tools, store, trace, limits, namespace)
         from ..shadow import Limits

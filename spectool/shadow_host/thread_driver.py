@@ -46,18 +46,22 @@ from __future__ import annotations
 import functools
 import threading
 from collections import deque
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
 from .._threads import run_in_worker
-from ..shadow.values import Launch, Observe
+from ..shadow.values import Launch, Observe, ToolInfo
 from ..store import Store
 from ..trace import Trace
 from .._parse import parse as parse_ast
 from .._parse import set_guard as _set_parse_guard
+
+if TYPE_CHECKING:  # annotations only
+    from ..tools import Tool
+    from ..shadow.limits import Limits
 
 # the shadow parses in a worker thread while the segmenter parses in the event loop:
 # one process-wide lock around every AST build (a CPython 3.11 race; see _parse)
@@ -68,8 +72,7 @@ __all__ = ["QueueDriver", "ShadowDriver", "tool_infos", "first_of", "written_nam
 _END = object()
 
 
-def tool_infos(tools: Mapping[str, Any]) -> dict[str, Any]:
-    from ..shadow import ToolInfo
+def tool_infos(tools: Mapping[str, Tool]) -> dict[str, ToolInfo]:
     return {name: ToolInfo(name=t.name, speculate=t.speculate, signature=t.signature,
                            batched_of=t.batched_of)
             for name, t in tools.items()}
@@ -136,8 +139,8 @@ class QueueDriver:
     ``spectool.shadow_host.process_driver.ProcessShadowDriver`` drives a worker process;
     :class:`ShadowDriver` a worker thread."""
 
-    def __init__(self, tools: Mapping[str, Any], store: Store, trace: Trace,
-                 limits: Any, namespace: dict[str, Any]) -> None:
+    def __init__(self, tools: Mapping[str, Tool], store: Store, trace: Trace,
+                 limits: Limits | None, namespace: Mapping[str, Any]) -> None:
         self.tools = tools
         self.store = store
         self.trace = trace
@@ -248,8 +251,8 @@ class ShadowDriver(QueueDriver):
     """The in-process shadow (``Runtime(shadow="thread")``): the interpreter runs in
     worker threads of the host process."""
 
-    def __init__(self, tools: Mapping[str, Any], store: Store, trace: Trace,
-                 limits: Any, namespace: dict[str, Any]) -> None:
+    def __init__(self, tools: Mapping[str, Tool], store: Store, trace: Trace,
+                 limits: Limits | None, namespace: Mapping[str, Any]) -> None:
         super().__init__(tools, store, trace, limits, namespace)
         self._answers = _LoopAnswers(store)
         self._interp: Any = None
