@@ -18,7 +18,7 @@ Modules: ``tools`` (decorator), ``speculation`` (the speculation store: its pure
 occurrence ledger, the dispatcher, real calls, admission, capacity, effects,
 observations),
 ``executor`` / ``subprocess_executor`` (real executors), ``runtime`` (wiring),
-``shadow_pool`` / ``shadow_protocol`` / ``shadow_worker`` (the shadow's worker process),
+``shadow_host`` (the shadow's drivers, worker pool, protocol and worker process),
 ``trace`` (events and stats), ``errors`` (exception tree), and the pure stages
 ``segmenter``, ``shadow``, ``keys``.
 """
@@ -39,7 +39,7 @@ from .errors import (
     WorkerCrashedError,
 )
 from .runtime import CellResult, Runtime, TurnResult
-from .shadow_pool import ShadowPool, ShadowWorkerLimits
+from .shadow_host.pool import ShadowPool, ShadowWorkerLimits
 from .speculation import Budget, EntryState
 from .subprocess_executor import Opaque, WorkerLimits
 from .tools import Tool, tool

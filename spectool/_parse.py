@@ -7,7 +7,7 @@ finalizer running Python code mid-conversion lets the GIL switch), and one then
 fails with ``SystemError: AST constructor recursion depth mismatch``. In spectool
 the segmenter parses in the event-loop thread while the shadow parses in its worker
 thread. So every parse of the pure stages goes through ``parse`` here, and the
-threaded layer (``spectool._shadow_driver``) installs one process-wide lock with
+threaded layer (``spectool.shadow_host.thread_driver``) installs one process-wide lock with
 ``set_guard``; this module itself stays pure (no concurrency import). Seen: the
 race broke one of three ``spectool bench oolong`` runs on this machine before.
 """

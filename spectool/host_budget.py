@@ -14,7 +14,7 @@ The bounds, where they are enforced:
   (a ``never`` tool's result observed for the shadow, a tool outcome sent to a shadow
   worker process); a larger value reaches the shadow as ``Unknown``. The names a
   delta mentions are copied for a shadow process on the loop up to this bound and
-  past it in a worker thread (``spectool._shadow_process``), up to
+  past it in a worker thread (``spectool.shadow_host.process_driver``), up to
   ``OFFLOOP_COPY_ITEMS`` per message: that thread also pickles the message, and the
   pickler's memo of a million strings is rebuilt in single C calls that hold the
   GIL for a tenth of a second. The thread shadow's namespace snapshot is copied in a

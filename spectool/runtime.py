@@ -31,7 +31,7 @@ import os
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterable, Iterable, Literal
+from typing import TYPE_CHECKING, Any, AsyncIterable, Iterable, Literal
 
 import anyio
 import anyio.lowlevel
@@ -46,6 +46,12 @@ from .speculation import Budget, Store
 from .streams import StreamNormalizer
 from .tools import Tool, as_tool, check_tool_set
 from .trace import Trace, TurnStats
+
+if TYPE_CHECKING:  # the shadow's modules load when a runtime first needs them
+    from .shadow.limits import Limits
+    from .shadow_host.driver import ShadowDriverProtocol
+    from .shadow_host.pool import ShadowPool
+    from .shadow_host.snapshot import ThreadSnapshot
 
 __all__ = ["Runtime", "TurnResult", "CellResult"]
 
@@ -91,7 +97,7 @@ class Runtime:
     shadow_limits (alias ``limits``): a ``spectool.shadow.Limits`` for the shadow.
     worker_limits: a ``spectool.WorkerLimits`` for the subprocess executor.
     shadow: where the shadow interpreter runs: ``"process"`` (default; a lane of a worker
-    process of ``shadow_pool``, isolated from the host by hard limits) or ``"thread"``
+    process of ``shadow_host.pool``, isolated from the host by hard limits) or ``"thread"``
     (worker threads of this process; not isolated). Default: ``$SPECTOOL_SHADOW`` or
     ``"process"``.
     shadow_pool: a ``spectool.ShadowPool`` (default: the process-wide pool).
@@ -107,10 +113,10 @@ class Runtime:
                  executor: Any = "inprocess", namespace: dict[str, Any] | None = None, *,
                  max_in_flight: int = 16, max_dispatches_per_turn: int = 256,
                  max_arg_bytes_in_flight: int = 4 << 20, max_output_bytes: int | None = None,
-                 shadow_limits: Any = None, languages: tuple[str, ...] = ("repl", "python"),
-                 worker_limits: Any = None, on_event: Any = None, limits: Any = None,
+                 shadow_limits: Limits | None = None, languages: tuple[str, ...] = ("repl", "python"),
+                 worker_limits: Any = None, on_event: Any = None, limits: Limits | None = None,
                  admission: bool | Admission = True, shadow: str | None = None,
-                 shadow_pool: Any = None) -> None:
+                 shadow_pool: ShadowPool | None = None) -> None:
         if limits is not None:
             if shadow_limits is not None:
                 raise ValueError("pass limits or shadow_limits, not both")
@@ -152,9 +158,10 @@ class Runtime:
         if mode != "baseline":
             # import the shadow now, not inside the first turn's worker thread (where its
             # import time would delay the first speculations)
-            from . import _shadow_driver, shadow as _shadow  # noqa: F401
+            from . import shadow as _shadow
+            from .shadow_host import thread_driver  # noqa: F401
             if shadow == "process" and self.shadow_pool is None:
-                from .shadow_pool import default_pool
+                from .shadow_host.pool import default_pool
                 self.shadow_pool = default_pool()   # warm workers start now
         self.max_dispatches_per_turn = max_dispatches_per_turn
         self.max_output_bytes = max_output_bytes
@@ -229,7 +236,7 @@ class _Turn:
         self.trace = Trace(listener=runtime.on_event)
         self.stats = TurnStats()
         self.cells: list[Any] = []
-        self.shadow: Any = None
+        self.shadow: ShadowDriverProtocol | None = None
         self.store: Store | None = None
         self._pending_statements: list[tuple[str, Any]] = []
         self._too_long = 0
@@ -256,8 +263,8 @@ class _Turn:
             shadow_scope = anyio.CancelScope()
             snap = None
             if rt.mode != "baseline":
-                from ._shadow_driver import ShadowDriver
-                from ._shadow_process import ProcessShadowDriver
+                from .shadow_host.thread_driver import ShadowDriver
+                from .shadow_host.process_driver import ProcessShadowDriver
                 variables = rt.executor.variables()
                 limits = _turn_limits(rt.shadow_limits, rt._cell_patches)
                 if rt.shadow == "process":
@@ -309,7 +316,7 @@ class _Turn:
                     tg.start_soon(self._run_shadow, shadow_scope)
                 if snap is not None:    # the real run may now change the namespace
                     await _stop_snapshot(snap)
-                elif self.shadow is not None and hasattr(self.shadow, "freeze"):
+                elif self.shadow is not None:
                     await self.shadow.freeze()   # the process shadow's copier stops
                 t0 = self.trace.now()
                 results = await self._execute(store)
@@ -461,7 +468,8 @@ class _ExactCell:
     complete: bool = True
 
 
-def _turn_limits(limits: Any, cell_patches: frozenset[str] = frozenset()) -> Any:
+def _turn_limits(limits: Limits | None,
+                 cell_patches: frozenset[str] = frozenset()) -> Limits | None:
     """The shadow's limits for one turn: with the allow-listed modules and builtins
     that code in this process has changed since the shadow was imported, or that cells
     run elsewhere may have changed (the shadow reads them as unknown, see
@@ -474,7 +482,7 @@ def _turn_limits(limits: Any, cell_patches: frozenset[str] = frozenset()) -> Any
     return dataclasses.replace(limits or Limits(), stale_names=stale)
 
 
-def _snapshot(variables: dict[str, Any], limits: Any = None) -> Any:
+def _snapshot(variables: dict[str, Any], limits: Limits | None = None) -> ThreadSnapshot:
     """The REPL variables handed to the shadow: a private copy taken at turn start, in
     a worker thread (``_take_snapshot``), and finished or cut short before the real run
     can change anything (a copy taken later, when the shadow first reads a name, could
@@ -485,7 +493,7 @@ def _snapshot(variables: dict[str, Any], limits: Any = None) -> Any:
     (exact-type checks, no user code, aliasing kept) and turns everything else into
     Unknown (``spectool.shadow.copying.snapshot``).
     """
-    from .snapshot import ThreadSnapshot
+    from .shadow_host.snapshot import ThreadSnapshot
     from .shadow.limits import Limits
     return ThreadSnapshot(_bindings(variables), (limits or Limits()).max_namespace_items)
 
@@ -496,7 +504,7 @@ def _bindings(variables: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in variables.items() if not isinstance(value, Opaque)}
 
 
-async def _take_snapshot(snap: Any) -> None:
+async def _take_snapshot(snap: ThreadSnapshot) -> None:
     """Copy the namespace in a worker thread (a large one would stall the loop). Its
     own limiter: it never queues behind the shared worker threads (a shadow thread
     may be waiting for this very copy)."""
@@ -507,7 +515,7 @@ async def _take_snapshot(snap: Any) -> None:
         snap.taken.set()
 
 
-async def _stop_snapshot(snap: Any) -> None:
+async def _stop_snapshot(snap: ThreadSnapshot) -> None:
     """Before the real run: cut an unfinished copy short (the names not copied yet
     read as Unknown) and wait for the copier to let go of the namespace (it stops
     within one element). Usually the copy finished during the stream: no wait."""

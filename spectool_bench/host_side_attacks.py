@@ -29,7 +29,7 @@ import time
 
 import anyio
 
-from spectool.shadow_pool import _BOOTSTRAP, ShadowPool
+from spectool.shadow_host.pool import _BOOTSTRAP, ShadowPool
 
 from .throwaway import peak_rss_kb, stall_watch
 
@@ -37,7 +37,7 @@ from .throwaway import run_child
 
 __all__ = ["COMPROMISES", "CompromisedPool", "EXECUTOR_ATTACKS", "stalls", "main"]
 
-_HEAD, _TAIL = _BOOTSTRAP.rsplit("from spectool.shadow_worker import main\n", 1)
+_HEAD, _TAIL = _BOOTSTRAP.rsplit("from spectool.shadow_host.worker import main\n", 1)
 COMPROMISES = {
     # after a turn ends, the worker sends a frame of that turn's lease, which the next
     # turn on the worker reads
@@ -107,8 +107,8 @@ class CompromisedPool(ShadowPool):
     """Real workers whose program a compromise patched before they serve."""
 
     def __init__(self, compromise: str, size: int = 1, **kwargs: object) -> None:
-        self.bootstrap = (_HEAD + "from spectool import shadow_worker as sw\n"
-                          "from spectool import shadow_protocol as proto\n"
+        self.bootstrap = (_HEAD + "from spectool.shadow_host import worker as sw\n"
+                          "from spectool.shadow_host import protocol as proto\n"
                           + COMPROMISES[compromise] + "main = sw.main\n" + _TAIL)
         super().__init__(size, **kwargs)  # type: ignore[arg-type]
 

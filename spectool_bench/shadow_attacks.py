@@ -115,9 +115,32 @@ HOST_WORK = ("named_list", "hash_dict", "hash_set", "hash_build", "big_chunk", "
 
 
 # ---------------------------------------------------------------- child: one turn
+async def _warm(pool, owner: object) -> None:
+    """Wait until a worker of ``pool`` has said it is ready (its imports done), as in
+    a long-running host: one round trip on a lane of it (``begin``, a ``pass``
+    statement, its ``done`` reply), whose read takes the worker's ready frame first.
+    (A turn of a ``pass`` cell would not do: the real run ends, and with it the turn's
+    shadow, before the worker's first frame is read.)"""
+    from spectool.shadow_host import protocol as proto
+
+    lane = pool.lease(owner)
+    if lane is None:
+        raise RuntimeError("no shadow worker to warm")
+    try:
+        await lane.send(proto.encode_command(("begin", (), None, pool.limits.cpu_seconds_per_turn),
+                                             lane.lease),
+                        proto.encode_command(("statement", "pass"), lane.lease))
+        with anyio.fail_after(10):
+            reply = await lane.read(max_stale=0, max_inbox=2)
+        if reply != ("done",) or not lane.worker.readied:
+            raise RuntimeError(f"the shadow worker did not warm up: {reply!r}")
+    finally:
+        pool.release(lane, reusable=True)
+
+
 async def _child(shadow: str, attack: str) -> dict:
     import spectool
-    from spectool.shadow_pool import ShadowPool
+    from spectool.shadow_host.pool import ShadowPool
 
     pool = ShadowPool(1) if shadow == "process" else None
     if attack in HOST_WORK:
@@ -148,10 +171,7 @@ async def _child(shadow: str, attack: str) -> dict:
         runtime = spectool.Runtime(tools, mode="spec", shadow=shadow, shadow_pool=pool,
                                    namespace=dict(namespace))
         if pool is not None:      # a warm worker, as in a long-running host
-            await runtime.run_cell("pass")
-            with anyio.fail_after(10):
-                while not any(w.readied for w in pool.workers()):
-                    await runtime.run_cell("pass")
+            await _warm(pool, runtime.id)
         base, base_stall = await turn("baseline")
         rss0 = peak_rss_kb()
         cpu0 = time.process_time()
@@ -221,7 +241,7 @@ def print_stalls(rows: list[dict]) -> None:
 def decode_costs(repeat: int = 5) -> None:
     """What the largest replies a hostile worker may send cost the host to decode (or
     reject): the decoder runs on the event loop, so this bounds its stall."""
-    from spectool import shadow_protocol as proto
+    from spectool.shadow_host import protocol as proto
     n = proto.MAX_NODES - 8
     nodes = proto.LENGTH.pack(0)  # placeholder, replaced below
     header = b"[[1," + b"[4]," * (n // 2) + b"0],[]]"
@@ -269,7 +289,7 @@ def micro(rounds: int = 2) -> None:
 def _process_run_once(pool, message: str, context: str) -> tuple[float, dict]:
     """shadow_throughput.run_once, with the interpreter in a worker process: every
     statement and tail is a command; launches answered at once like InstantHost."""
-    from spectool import shadow_protocol as proto
+    from spectool.shadow_host import protocol as proto
     from spectool.segmenter import Segmenter, StatementClosed, TailChanged
     lane = pool.lease()
     worker = lane.worker
@@ -332,7 +352,7 @@ def _process_run_once(pool, message: str, context: str) -> tuple[float, dict]:
 
 
 def throughput(repeat: int = 3) -> None:
-    from spectool.shadow_pool import ShadowPool
+    from spectool.shadow_host.pool import ShadowPool
     from spectool_bench import shadow_throughput as st
     context = "\n".join(f"Date: Jan {i % 28 + 1:02d}, 2023 || User: {10000 + i % 97} || "
                         f"Instance: what is the capital of country number {i}?" for i in range(400))

@@ -60,7 +60,7 @@ def rss_kb(pid: int, field: str = "VmRSS") -> int:
 async def _row(n: int, mode: str) -> dict:
     """One batch of ``n`` concurrent turns in this process (the child's work)."""
     import spectool
-    from spectool.shadow_pool import ShadowPool
+    from spectool.shadow_host.pool import ShadowPool
     from spectool_bench.turn_microbench import make_tools, token_stream
 
     pool = ShadowPool() if mode == "spec" else None

@@ -20,7 +20,7 @@ from .determinism import TEXT_RAWS, consumes, hash_safe, order_free, text_safe
 from .limits import LimitExceeded, ShadowDeclined
 from .scope import Scope, ShadowFunction, ToolRef
 from .staleness import poison, reachable, reaches
-from .values import Pending, TailBet, ToolInfo, Unknown
+from .values import Launch, Observe, Pending, TailBet, ToolInfo, Unknown
 from .internals import (
     _DATA_TYPES,
     _FAILED,
@@ -459,7 +459,7 @@ class CallsMixin:
             args, kwargs, _, unknown = yield from self._settle_call(args, kwargs)
             if unknown:
                 raise _UnknownValue
-            return self._launch(info.name, info, args, kwargs)
+            return (yield from self._launch(info.name, info, args, kwargs))
         finally:
             if info.speculate != "pure":
                 # the real call of a tool with effects may change the containers it is
@@ -474,15 +474,15 @@ class CallsMixin:
 
     def _observe(self, info: ToolInfo, args: tuple, kwargs: dict):
         """A tool the shadow may not start: a pending value bound to the real call
-        (``host.observe``, optional), read only when a statement needs it."""
-        observe = getattr(self._host, "observe", None)
-        if observe is None or self._peek:
+        (an ``Observe`` event; only if the interpreter was made with ``observe``),
+        read only when a statement needs it."""
+        if not self._observe_calls or self._peek:
             raise _UnknownValue
         args, kwargs, _, unknown = yield from self._settle_call(args, kwargs)
         if unknown:
             raise _UnknownValue
         args, kwargs = _plain_call(args, kwargs, keys.call_key(args, kwargs))
-        handle = observe(info.name, args, kwargs)
+        handle = yield Observe(info.name, args, kwargs)
         if handle is None:
             raise _UnknownValue
         return self._started(Pending(handle, info.name))
@@ -505,12 +505,15 @@ class CallsMixin:
                 item, _, unknown = yield from self._settle(item, set())
                 if unknown:
                     raise _UnknownValue
-                out.append(self._launch(spec_info.name, spec_info, (item, *rest), kwargs))
+                out.append((yield from self._launch(spec_info.name, spec_info, (item, *rest),
+                                                    kwargs)))
             except _UnknownValue:
                 out.append(Unknown("batched element"))
         return out
 
-    def _launch(self, name: str, info: ToolInfo, args: tuple, kwargs: dict) -> object:
+    def _launch(self, name: str, info: ToolInfo, args: tuple, kwargs: dict):
+        """Statement mode: a ``Launch`` event, answered with the call's handle (None:
+        declined). Peek mode: a bet (pure tools only), never an event."""
         if (type(args) is tuple and type(kwargs) is dict and not kwargs and len(args) == 1
                 and type(args[0]) is str and len(args[0]) <= _KEY_MEMO_MAX_CHARS):
             # the usual call, one prompt string: call_key is a pure function of the
@@ -526,20 +529,21 @@ class CallsMixin:
             key = keys.call_key(args, kwargs)
         args, kwargs = _plain_call(args, kwargs, key)
         if self._peek:
-            assert self._bets is not None
-            occurrence = self._launch_counts.get((name, key), 0) + self._peek_counts.get((name, key), 0)
-            self._peek_counts[(name, key)] = self._peek_counts.get((name, key), 0) + 1
+            peeks = self._peeks
+            assert peeks.bets is not None
+            occurrence = self._launch_counts.get((name, key), 0) + peeks.counts.get((name, key), 0)
+            peeks.counts[(name, key)] = peeks.counts.get((name, key), 0) + 1
             if info.speculate == "pure":
                 # peeks bet on pure tools only (the store launches nothing else from a
                 # tail): an idempotent or two_phase call starts from a statement the
                 # shadow really ran, never from a peek's view
-                self._bets.append(TailBet(name, args, kwargs, occurrence, key))
-            if self._peek_known is not None:  # lookahead: a bet that already finished
-                known = self._peek_known(name, args, kwargs, occurrence)
+                peeks.bets.append(TailBet(name, args, kwargs, occurrence, key))
+            if peeks.known is not None:  # lookahead: a bet that already finished
+                known = peeks.known(name, args, kwargs, occurrence)
                 if known is not None:
                     return known
             raise _UnknownValue
-        handle = self._host.launch(name, args, kwargs, origin="statement")  # type: ignore[attr-defined]
+        handle = yield Launch(name, args, kwargs)
         if handle is None:
             raise _UnknownValue
         self._launch_counts[(name, key)] = self._launch_counts.get((name, key), 0) + 1

@@ -121,6 +121,22 @@ _CONTROL = (_UserError, _UnknownValue, _Uncertain, _WouldWait, _Break, _Continue
 _FAILED = object()
 
 
+class LoopFrame:
+    """A module-level ``for`` loop statement mode is running (made only when the
+    interpreter tracks loops for ``spectool.shadow.lookahead``)."""
+
+    __slots__ = ("node", "iterable", "consumed", "position", "looked")
+
+    def __init__(self, node: ast.For) -> None:
+        self.node = node
+        self.iterable: object = None
+        self.consumed = 0     # items taken from the loop's iterator so far
+        self.position = 0     # the body statement statement mode is running
+        # (consumed, position, results known) at the last lookahead from this loop:
+        # look again in the same place only once a wait has taught the shadow something
+        self.looked: tuple[int, int, int] = (-1, -1, -1)
+
+
 class StatementRecord:
     """What happened to one top-level statement (for tests, traces and debugging)."""
 

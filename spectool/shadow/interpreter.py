@@ -1,9 +1,10 @@
-"""The shadow interpreter: a restricted AST evaluator over a copy of the REPL state.
+"""The shadow interpreter's core: a restricted AST evaluator over a copy of the REPL state.
 
-Driven sans-I/O: ``run_statement(source)`` is a generator that yields ``WaitFor(handle)``
-when shadow code reads the content of a launched call, and continues with the
-``Outcome`` the driver sends back. Every evaluation step is a generator too, so a wait
-can happen anywhere (deep inside a helper function called in a loop).
+Driven sans-I/O: ``statement_events(source)`` yields events (``values``): ``Launch``
+(send back the call's handle, or None), ``Observe`` (a call it may not start: a handle
+bound to the real call, or None) and ``WaitFor`` (send back the call's ``Outcome``).
+Every evaluation step is a generator too, so an event can come from anywhere. The
+core never calls out; ``tail`` and ``lookahead`` build on it (``orchestrate``).
 
 Safety rests on what the evaluator lets code touch, not on scrubbing text:
 
@@ -32,15 +33,16 @@ import time
 from collections.abc import Generator, Iterable, Mapping
 
 from . import analysis
-from .builtins import BLOCKED_BUILTINS, MODULES, SAFE_BUILTINS, ModuleProxy
+from .builtins import BLOCKED_BUILTINS, MODULES, SAFE_BUILTINS
 from .copying import PlainCopier
 from .determinism import text_safe
 from .hash_guard import refuses_bulk
+from .peeking import PeekState
 from .staleness import _CONTAINERS as _NESTING, holds_shared_iterator, poison, reachable, reaches
-from .rebinding import body_rebinds, may_rebind
+from .rebinding import BoundModules, RebindingFunctions, may_rebind
 from .limits import LimitExceeded, Limits, ShadowDeclined
-from .scope import Scope, ShadowFunction, ToolRef
-from .values import Outcome, Pending, TailBet, ToolInfo, Touched, Unknown, WaitFor
+from .scope import Scope, ToolRef
+from .values import Event, Outcome, Pending, ToolInfo, Touched, Unknown, WaitFor
 from .internals import (
     _DATA_TYPES,
     StatementRecord,
@@ -63,7 +65,7 @@ from .handlers import BuiltinsMixin
 from .statements import StatementsMixin
 from .._parse import parse as parse_ast
 
-__all__ = ["ShadowInterpreter", "StatementRecord"]
+__all__ = ["CoreInterpreter", "StatementRecord"]
 
 # types _settle returns unchanged with nothing resolved and nothing unknown
 _SETTLED = frozenset({str, int, float, bool, type(None), bytes})
@@ -71,7 +73,6 @@ _SETTLED = frozenset({str, int, float, bool, type(None), bytes})
 # CPU time of the running thread: the budget is the shadow's own work, whatever the
 # machine's load (a generator step runs in one thread; each resume restarts the clock)
 _clock = time.thread_time
-
 
 
 # the most items :func:`_immutable_items` checks (a longer sequence counts as mutable)
@@ -89,15 +90,20 @@ def _immutable_items(value: object) -> bool:
     return all(type(item) in _UNMUTABLE for item in value)  # type: ignore[union-attr]
 
 
-class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsMixin):
-    """Runs the closed statements of one cell against a copy of the REPL state."""
+class CoreInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsMixin):
+    """Runs the closed statements of one cell against a copy of the REPL state.
+
+    ``observe``: a call the shadow may not start yields ``Observe`` (else it is
+    unknown). ``loops``: module-level ``for`` loops keep a ``LoopFrame`` in
+    ``_loop_frames`` for ``spectool.shadow.lookahead``."""
 
     def __init__(self, namespace: Mapping[str, object], tools: Mapping[str, ToolInfo],
-                 host: object, limits: Limits = Limits()) -> None:
+                 limits: Limits = Limits(), *, observe: bool = True, loops: bool = True) -> None:
         self._source = namespace
         self._tools = dict(tools)
         self._toolrefs = {name: ToolRef(info) for name, info in self._tools.items()}
-        self._host = host
+        self._observe_calls = observe
+        self._loops = loops
         self._limits = limits
         # the limits _account reads on every value (Limits is frozen: these never change)
         self._max_int_bits = limits.max_int_bits
@@ -120,26 +126,12 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         self._dead = False
         self._depth = 0
         self._nowait = 0
-        self._peek = False
-        self._bets: list[TailBet] | None = None
-        self._peek_counts: dict[tuple[str, str], int] = {}
-        self._fresh: set[int] = set()  # peek: ids of containers created by the peek itself
-        self._fresh_keep: list[object] = []
-        self._peek_iterations = 0
-        self._peek_stale: set[int] = set()  # peek: objects a refused mutation made unknown
-        self._peek_stale_all = False        # peek: every mutable object is unknown
+        self._peek = False     # peek mode (``peeking.peeking``)
+        self._peeks = PeekState()  # what only peeks use
         self._source_stale = False  # not-yet-copied mutable namespace values are unknown
         self._version = 0  # changes whenever the state a peek could read changes
-        self._peek_cache: tuple | None = None
-        self._tail_memo: tuple | None = None
-        self._tail_relevant: tuple | None = None  # (names, version, relevant) of the last peek
-        self._tail_names: tuple | None = None  # (tail, callee names of the whole tail)
-        self._tail_any: tuple | None = None  # (names, version, relevant) of the whole tail
         self._handling: list[BaseException] = []
-        self._loop_frames: list = []  # module-level for loops running (lookahead.LoopFrame)
-        self._peek_known = None  # lookahead peek: (tool, args, kwargs, occurrence) -> value | None
-        self._lookahead_seconds = 0.0
-        self._ahead_seconds = 0.0  # CPU time spent in peek_ahead (bounded per interpreter)
+        self._loop_frames: list = []  # module-level for loops running (internals.LoopFrame)
         self._last_error: BaseException | None = None
         self._interrupted = False
         self._cell_seconds = 0.0
@@ -169,7 +161,7 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         """The shadow's current value of a global name (for tests and debugging)."""
         return self._global(name)
 
-    def run_statement(self, source: str, tree: ast.Module | None = None) -> Generator[WaitFor, Outcome, None]:
+    def statement_events(self, source: str, tree: ast.Module | None = None) -> Generator[Event, object, None]:
         """Evaluate one closed top-level statement (see the module docstring).
 
         ``tree``: the statement already parsed (``StatementClosed.tree``), to skip a
@@ -188,7 +180,7 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
             self._dead = True
             self._records.append(StatementRecord(index, "error", f"does not parse: {exc}", 0))
             return
-        launched_before = self._launched_total()
+        launched_before = self._launched
         self._version += 1
         status, detail = "ok", ""
         self._reset_budget()
@@ -218,18 +210,7 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
             self._dead = True
             status, detail = "limit", "shadow time for this cell spent"
         self._records.append(StatementRecord(index, status, detail,
-                                             self._launched_total() - launched_before))
-
-    def peek_ahead(self, statements: list[str], tail: str,
-                   unknown: frozenset[str] = frozenset()) -> list[TailBet]:
-        """Bets for statements queued behind a waiting one (see
-        ``spectool.shadow.tail.peek_ahead``); same contract as :meth:`peek_tail`."""
-        return _peek_ahead(self, statements, tail, unknown)
-
-    def peek_tail(self, tail: str) -> list[TailBet]:
-        """Bets for the open tail of the cell (see ``spectool.shadow.tail``). The runtime
-        launches them with origin="tail" and withdraws those no longer returned."""
-        return _peek_tail(self, tail)
+                                             self._launched - launched_before))
 
     def _reset_budget(self, max_steps: int | None = None, max_seconds: float | None = None) -> None:
         self._max_steps = self._limits.max_steps if max_steps is None else max_steps
@@ -258,13 +239,13 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
     def _made(self, value: object) -> object:
         """Note a container created by shadow code (peeking may mutate it freely)."""
         if self._peek:
-            self._fresh.add(id(value))
-            self._fresh_keep.append(value)
+            self._peeks.fresh.add(id(value))
+            self._peeks.fresh_keep.append(value)
         return value
 
     def _shared(self, obj: object) -> bool:
         """Would mutating ``obj`` change state outside the current peek?"""
-        return self._peek and id(obj) not in self._fresh
+        return self._peek and id(obj) not in self._peeks.fresh
 
     def _guard_nested_iterators(self, values: Iterable[object]) -> None:
         """Peek mode, before C code gets ``values`` (a raw call's arguments, the items
@@ -273,7 +254,7 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         iterator the peek did not make reads as unknown instead."""
         if self._peek and self._made_iterators:   # none made: nothing to look for
             for v in values:
-                if type(v) in _NESTING and holds_shared_iterator(v, self._fresh):
+                if type(v) in _NESTING and holds_shared_iterator(v, self._peeks.fresh):
                     raise _UnknownValue
 
     def _iterator(self, value: object) -> object:
@@ -281,9 +262,6 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         loop's own iterator is out of its reach)."""
         self._made_iterators = True
         return value
-
-    def _launched_total(self) -> int:
-        return self._launched
 
     def _account(self, value: object) -> object:
         t = type(value)
@@ -309,10 +287,9 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
         module behind the shadow's back, every global binding made so far becomes
         unknown, and so do the REPL's names, tools and builtins (later bindings are
         known again)."""
-        if self._rebound_all or not may_rebind(tree, _BoundModules(self._module.vars),
-                                               _RebindingFunctions(self._module.vars)):
-            return
         vars_ = self._module.vars
+        if self._rebound_all or not may_rebind(tree, BoundModules(vars_), RebindingFunctions(vars_)):
+            return
         for name in vars_:
             vars_[name] = Unknown("may have been rebound by code the shadow cannot see")
         self._rebound_all = True
@@ -469,8 +446,6 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
                 return Unknown("pending (peek)")
             if self._nowait:
                 raise _WouldWait
-            if self._loop_frames:  # bet on later iterations before blocking on this one
-                _lookahead_before_wait(self)
             self._seconds += _clock() - self._resumed
             outcome = yield WaitFor(p.handle)
             self._resumed = _clock()
@@ -620,44 +595,3 @@ class ShadowInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsM
             exact = all(text_safe(a) for a in args) and all(text_safe(v) for v in kwargs.values())
             raise _UserError(err, exact=exact)
         raise ShadowDeclined("an opaque value was read where it could not be resolved")
-
-
-class _RebindingFunctions:
-    """The names bound to shadow functions whose bodies may rebind names or patch a
-    module (``rebinding.body_rebinds``), looked up lazily; one answer per definition."""
-
-    __slots__ = ("vars",)
-    _seen: dict[int, tuple[ast.AST, bool]] = {}
-
-    def __init__(self, vars_: dict) -> None:
-        self.vars = vars_
-
-    def __contains__(self, name: object) -> bool:
-        fn = self.vars.get(name)
-        if type(fn) is not ShadowFunction:
-            return False
-        node = fn.node
-        hit = self._seen.get(id(node))
-        if hit is None or hit[0] is not node:
-            if len(self._seen) > 4096:
-                self._seen.clear()
-            hit = (node, body_rebinds(node))
-            self._seen[id(node)] = hit
-        return hit[1]
-
-
-class _BoundModules:
-    """The names bound to modules in a scope (``name in ...``), looked up lazily."""
-
-    __slots__ = ("vars",)
-
-    def __init__(self, vars_: dict) -> None:
-        self.vars = vars_
-
-    def __contains__(self, name: object) -> bool:
-        return type(self.vars.get(name)) is ModuleProxy
-
-
-from .tail import peek_ahead as _peek_ahead  # noqa: E402  (tail.py builds on this module)
-from .tail import peek_tail as _peek_tail  # noqa: E402
-from .lookahead import before_wait as _lookahead_before_wait  # noqa: E402

@@ -13,16 +13,19 @@ iteration first is what keeps the view fresh: a name the body re-binds after the
 iteration's value, or is unknown, never the current iteration's stale one. The peek runs
 over a copy-on-write view of the globals, waiting for nothing (a pending value reads as
 unknown), launching nothing and mutating no shared state. Each tool call with known
-arguments becomes a ``TailBet``. The bets go to the host's optional
-``lookahead(bets)``; the runtime launches them like tail bets (pure tools only) and
-statement mode adopts them when it reaches the same calls; those never adopted are
-withdrawn at the end of the statement. A host without ``lookahead`` gets no lookahead.
+arguments becomes a ``TailBet``. :func:`before_wait` and :func:`refresh` return the
+bets; ``spectool.shadow.orchestrate`` yields them as a ``Lookahead`` event just before
+the statement's ``WaitFor``, and the runtime launches them like tail bets (pure tools
+only); statement mode adopts them when it reaches the same calls; those never adopted
+are withdrawn at the end of the statement. Loops are tracked only by an interpreter
+made with ``loops=True``.
 
 A call of a later iteration whose bet has already *finished* reads as its result in
-the peek when the host offers ``lookahead_outcome(tool, args, kwargs, occurrence)``
-(a copy of the plain value, as a statement-mode wait would get), so a chain inside
-one iteration (``r = f(x)``; ``g(r)``) can be bet on link by link: the driver calls
-:func:`refresh` whenever a speculation finishes while the shadow is blocked.
+the peek when the caller passes ``ask(tool, args, kwargs, occurrence) -> Outcome |
+None`` (the store's ``lookahead_outcome``; the peek gets a copy of the plain value, as
+a statement-mode wait would), so a chain inside one iteration (``r = f(x)``; ``g(r)``)
+can be bet on link by link: the driver calls :func:`refresh` whenever a speculation
+finishes while the shadow is blocked.
 
 Only loops over a sequence the shadow holds (list, tuple, range, str, dict keys) are
 looked ahead: their remaining items are read by index without touching the loop's
@@ -38,10 +41,12 @@ from __future__ import annotations
 import ast
 import itertools
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .internals import (
-    _Break, _Continue, _PeekDone, _Return, _Uncertain, _UnknownValue, _UserError, _WouldWait,
+    LoopFrame, _Break, _Continue, _PeekDone, _Return, _Uncertain, _UnknownValue, _UserError,
+    _WouldWait,
 )
 from .limits import LimitExceeded, ShadowDeclined
 from . import analysis
@@ -52,9 +57,12 @@ from .values import TailBet, Touched, Unknown
 from .peeking import peeking
 
 if TYPE_CHECKING:
-    from .interpreter import ShadowInterpreter
+    from .interpreter import CoreInterpreter
 
-__all__ = ["LoopFrame", "enter_loop", "before_wait", "refresh", "active"]
+__all__ = ["before_wait", "refresh", "active", "Ask"]
+
+# the driver's view of finished bets: (tool, args, kwargs, occurrence) -> Outcome | None
+Ask = Callable[[str, tuple, dict, int], object]
 
 LOOKAHEAD_MAX_SECONDS = 2.0
 
@@ -63,79 +71,47 @@ _STOP = (_UserError, _Uncertain, _PeekDone, _Return, _UnknownValue, _WouldWait,
          ShadowDeclined, LimitExceeded, Touched, RecursionError, MemoryError)
 
 
-class LoopFrame:
-    """A module-level ``for`` loop statement mode is running."""
-
-    __slots__ = ("node", "iterable", "consumed", "position", "looked")
-
-    def __init__(self, node: ast.For) -> None:
-        self.node = node
-        self.iterable: object = None
-        self.consumed = 0     # items taken from the loop's iterator so far
-        self.position = 0     # the body statement statement mode is running
-        # (consumed, position, results known) at the last lookahead from this loop:
-        # look again in the same place only once a wait has taught the shadow something
-        self.looked: tuple[int, int, int] = (-1, -1, -1)
-
-
-def enter_loop(interp: "ShadowInterpreter", node: ast.For, scope: Scope) -> LoopFrame | None:
-    """A frame for a loop statement mode starts, or None (peek mode, not at module
-    level, or a host without ``lookahead``)."""
-    if interp._peek or scope is not interp._module or not callable(
-            getattr(interp._host, "lookahead", None)):
-        return None
-    return LoopFrame(node)
-
-
-def _frames(interp: "ShadowInterpreter") -> list[LoopFrame]:
-    if interp._lookahead_seconds > LOOKAHEAD_MAX_SECONDS or interp._peek:
+def _frames(interp: "CoreInterpreter") -> list[LoopFrame]:
+    if interp._peeks.lookahead_seconds > LOOKAHEAD_MAX_SECONDS or interp._peek:
         return []
     return [f for f in interp._loop_frames
             if type(f.iterable) in _SEQUENCES or type(f.iterable) is dict]
 
 
-def active(interp: "ShadowInterpreter") -> bool:
+def active(interp: "CoreInterpreter") -> bool:
     """Would :func:`refresh` look ahead now (the shadow is blocked inside a loop)?"""
     return bool(_frames(interp))
 
 
-def before_wait(interp: "ShadowInterpreter") -> None:
-    """Called by statement mode just before it yields ``WaitFor``."""
+def before_wait(interp: "CoreInterpreter", ask: Ask | None = None) -> list[TailBet]:
+    """Bets to place just before statement mode waits (it is suspended at its
+    ``WaitFor``, so the time spent here is not the statement's)."""
     frames = _frames(interp)
     known = len(interp._outcomes)
     if not frames or frames[-1].looked == (frames[-1].consumed, frames[-1].position, known):
-        return
+        return []
     for frame in frames:
         frame.looked = (frame.consumed, frame.position, known)
-    _look(interp, frames)
+    return _look(interp, frames, ask)
 
 
-def refresh(interp: "ShadowInterpreter") -> None:
+def refresh(interp: "CoreInterpreter", ask: Ask | None = None) -> list[TailBet]:
     """Look ahead again while blocked (a speculation has finished since the last
     time). Only while the statement is suspended at its ``WaitFor``."""
     frames = _frames(interp)
-    if frames:
-        _look(interp, frames)
+    return _look(interp, frames, ask) if frames else []
 
 
-def _look(interp: "ShadowInterpreter", frames: list[LoopFrame]) -> None:
+def _look(interp: "CoreInterpreter", frames: list[LoopFrame], ask: Ask | None) -> list[TailBet]:
     t0 = time.thread_time()
     try:
-        bets = _peek(interp, frames)
+        return _peek(interp, frames, ask)
     finally:
-        spent = time.thread_time() - t0
-        interp._resumed += spent  # not the statement's time
-        interp._lookahead_seconds += spent
-    if bets:
-        try:
-            interp._host.lookahead(bets)
-        except Exception:  # a host that cannot take them: no lookahead
-            pass
+        interp._peeks.lookahead_seconds += time.thread_time() - t0
 
 
-def _known_result(interp: "ShadowInterpreter"):
+def _known_result(interp: "CoreInterpreter", ask: Ask | None):
     """The peek's view of finished bets: a copy of the plain value, or None."""
-    ask = getattr(interp._host, "lookahead_outcome", None)
     if not callable(ask):
         return None
     copier = PlainCopier(interp._limits.max_namespace_items)
@@ -159,10 +135,10 @@ def _remaining(iterable: object, consumed: int, limit: int) -> list:
     return list(iterable[consumed:consumed + limit])  # type: ignore[index]
 
 
-def _peek(interp: "ShadowInterpreter", frames: list[LoopFrame]) -> list[TailBet]:
+def _peek(interp: "CoreInterpreter", frames: list[LoopFrame], ask: Ask | None) -> list[TailBet]:
     limit = interp._limits.max_tail_iterations
     with peeking(interp, PEEK_MAX_STEPS, PEEK_MAX_SECONDS, handling=list(interp._handling),
-                 known=_known_result(interp)) as bets:
+                 known=_known_result(interp, ask)) as bets:
         for frame in reversed(frames):  # innermost first: its iterations come soonest
             try:
                 items = _remaining(frame.iterable, frame.consumed, limit)
@@ -175,7 +151,7 @@ def _peek(interp: "ShadowInterpreter", frames: list[LoopFrame]) -> list[TailBet]
     return bets
 
 
-def _run_rest(interp: "ShadowInterpreter", frame: LoopFrame) -> bool:
+def _run_rest(interp: "CoreInterpreter", frame: LoopFrame) -> bool:
     """Peek over the rest of the current iteration: the statement that waits (or holds
     the inner loop that waits) is tainted, then the body statements after it run.
     False when control after it is unknown (later iterations get no bets)."""
@@ -200,12 +176,12 @@ def _run_rest(interp: "ShadowInterpreter", frame: LoopFrame) -> bool:
         return False
 
 
-def _run_iterations(interp: "ShadowInterpreter", node: ast.For, items: list, limit: int) -> bool:
+def _run_iterations(interp: "CoreInterpreter", node: ast.For, items: list, limit: int) -> bool:
     """Peek over the given iterations of one loop; False once the budget is spent."""
     scope = interp._module
     for item in items:
-        interp._peek_iterations += 1
-        if interp._peek_iterations > limit:
+        interp._peeks.iterations += 1
+        if interp._peeks.iterations > limit:
             return False
         gen = _iteration(interp, node, item, scope)
         try:
@@ -225,7 +201,7 @@ def _run_iterations(interp: "ShadowInterpreter", node: ast.For, items: list, lim
     return True
 
 
-def _iteration(interp: "ShadowInterpreter", node: ast.For, item: object, scope: Scope):
+def _iteration(interp: "CoreInterpreter", node: ast.For, item: object, scope: Scope):
     target = node.target
     if type(target) is ast.Name:
         interp._store(target.id, item, scope)

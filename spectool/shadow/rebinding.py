@@ -25,10 +25,11 @@ import builtins as _builtins
 import sys
 from collections.abc import Container
 
-from .builtins import MODULES, SAFE_BUILTINS
+from .builtins import MODULES, SAFE_BUILTINS, ModuleProxy
+from .scope import ShadowFunction
 
 __all__ = ["REBINDERS", "PATCHABLE", "may_rebind", "body_rebinds", "patched_names",
-           "patched_by"]
+           "patched_by", "BoundModules", "RebindingFunctions"]
 
 REBINDERS = frozenset({"exec", "eval", "globals", "vars", "locals", "__import__", "setattr",
                        "delattr", "builtins", "sys", "__builtins__"})
@@ -185,3 +186,39 @@ def patched_names() -> frozenset[str]:
         if getattr(_builtins, name, _MISSING) is not value:
             out.add(name)
     return frozenset(out)
+
+
+class RebindingFunctions:
+    """The names bound to shadow functions whose bodies may rebind names or patch a
+    module (``rebinding.body_rebinds``), looked up lazily; one answer per definition."""
+
+    __slots__ = ("vars",)
+    _seen: dict[int, tuple[ast.AST, bool]] = {}
+
+    def __init__(self, vars_: dict) -> None:
+        self.vars = vars_
+
+    def __contains__(self, name: object) -> bool:
+        fn = self.vars.get(name)
+        if type(fn) is not ShadowFunction:
+            return False
+        node = fn.node
+        hit = self._seen.get(id(node))
+        if hit is None or hit[0] is not node:
+            if len(self._seen) > 4096:
+                self._seen.clear()
+            hit = (node, body_rebinds(node))
+            self._seen[id(node)] = hit
+        return hit[1]
+
+
+class BoundModules:
+    """The names bound to modules in a scope (``name in ...``), looked up lazily."""
+
+    __slots__ = ("vars",)
+
+    def __init__(self, vars_: dict) -> None:
+        self.vars = vars_
+
+    def __contains__(self, name: object) -> bool:
+        return type(self.vars.get(name)) is ModuleProxy

@@ -16,7 +16,7 @@ every mutable object (a call into code the shadow cannot see may mutate anything
 reachable from the REPL's globals).
 
 Peek mode (tail peeks, lookahead) never mutates shared state: the targets are
-remembered in ``interp._peek_stale`` and every name lookup for the rest of the peek
+remembered in the interpreter's peek state (``peeking.PeekState.stale``) and every name lookup for the rest of the peek
 reads a value that reaches one as unknown (nothing is walked up front, so a peek that
 makes something stale costs only the lookups it does afterwards).
 
@@ -32,15 +32,17 @@ reaching, which only makes more values unknown).
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Iterable
+from typing import Any, Iterable
 
 from .scope import Scope, ShadowFunction
 from .values import Unknown
 
-if TYPE_CHECKING:
-    from .interpreter import ShadowInterpreter
+__all__ = ["reachable", "reaches", "poison", "holds_shared_iterator", "MAX_WALK"]
 
-__all__ = ["reachable", "reaches", "poison", "reset_peek", "holds_shared_iterator", "MAX_WALK"]
+# ``interp`` below: the interpreter (``spectool.shadow.interpreter.CoreInterpreter``),
+# which imports this module; its module scope, copier memo, resolved outcomes, peek
+# state and version are what poisoning rewrites
+Interp = Any
 
 MAX_WALK = 200_000  # container items visited per value before giving up (= "reaches")
 _CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque, collections.OrderedDict,
@@ -159,7 +161,7 @@ def _frames(scope: Scope | None) -> list[Scope]:
     return out
 
 
-def poison(interp: "ShadowInterpreter", targets: set[int] | None, scope: Scope) -> None:
+def poison(interp: Interp, targets: set[int] | None, scope: Scope) -> None:
     """Rebind to Unknown every binding that reaches ``targets`` (see module doc)."""
     if targets is not None and not targets:
         return
@@ -167,10 +169,10 @@ def poison(interp: "ShadowInterpreter", targets: set[int] | None, scope: Scope) 
         # nothing shared is rewritten: every lookup for the rest of the peek checks
         # whether its value reaches a stale object (``_checked_lookup``)
         if targets is None:
-            interp._peek_stale_all = True
+            interp._peeks.stale_all = True
         else:
-            interp._peek_stale |= targets
-        interp.__dict__.pop("_peek_stale_memo", None)  # more is stale now
+            interp._peeks.stale |= targets
+        interp._peeks.stale_memo = {}  # more is stale now
         if "_lookup" not in interp.__dict__:
             interp.__dict__["_lookup"] = _checked_lookup(interp)
         return
@@ -199,26 +201,27 @@ def poison(interp: "ShadowInterpreter", targets: set[int] | None, scope: Scope) 
     interp._version += 1
 
 
-def stale_in_peek(interp: "ShadowInterpreter", value: object) -> bool:
+def stale_in_peek(interp: Interp, value: object) -> bool:
     """Peek mode: does ``value`` reach an object a refused mutation made unknown?
     (Memoised per object for the rest of the peek: a peek cannot put a stale object
     into a container, since every lookup of one reads as unknown.)"""
     t = type(value)
     if not (t in _CONTAINERS or t is ShadowFunction or t is bytearray):
         return False
-    memo = interp.__dict__.setdefault("_peek_stale_memo", {})
+    peeks = interp._peeks
+    memo = peeks.stale_memo
     hit = memo.get(id(value))
     if hit is not None and hit[0] is value:
         return hit[1]
-    if interp._peek_stale_all:
+    if peeks.stale_all:
         found = reaches(value, None)
     else:
-        found = bool(interp._peek_stale) and reaches(value, interp._peek_stale)
+        found = bool(peeks.stale) and reaches(value, peeks.stale)
     memo[id(value)] = (value, found)
     return found
 
 
-def _checked_lookup(interp: "ShadowInterpreter"):
+def _checked_lookup(interp: Interp):
     """The interpreter's name lookup, for the rest of one peek: a value that reaches
     a stale object reads as unknown. Installed on the instance only once a peek made
     something stale, so lookups cost nothing extra otherwise."""
@@ -231,11 +234,3 @@ def _checked_lookup(interp: "ShadowInterpreter"):
         return value
 
     return _lookup
-
-
-def reset_peek(interp: "ShadowInterpreter") -> None:
-    """At the start and end of a peek: nothing is stale in the next one."""
-    interp._peek_stale = set()
-    interp._peek_stale_all = False
-    interp.__dict__.pop("_lookup", None)
-    interp.__dict__.pop("_peek_stale_memo", None)

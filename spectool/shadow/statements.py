@@ -1,6 +1,7 @@
-"""Statements of the shadow interpreter (a mixin of ``ShadowInterpreter``).
+"""Statements of the shadow interpreter (a mixin of ``CoreInterpreter``).
 
-Each ``_exec_<Node>`` runs one statement as a generator (it may yield ``WaitFor``).
+Each ``_exec_<Node>`` runs one statement as a generator (it may yield the events of
+``spectool.shadow.values.Event``).
 A block whose condition is unknown is skipped and taints what it could write;
 ``with``, classes, decorators, generators and async code are declined.
 """
@@ -11,7 +12,7 @@ import ast
 import collections
 import operator
 
-from . import analysis, lookahead
+from . import analysis
 from .builtins import SafeFunc
 from .copying import MUTABLE_TYPES
 from .limits import LimitExceeded, ShadowDeclined
@@ -24,6 +25,7 @@ from .internals import (
     _Continue,
     _DATA_TYPES,
     _FAILED,
+    LoopFrame,
     _PeekDone,
     _Return,
     _SAFE_EXCEPTIONS,
@@ -295,9 +297,11 @@ class StatementsMixin:
         yield from self._exec_block(node.body if test else node.orelse, scope)
 
     def _exec_For(self, node: ast.For, scope: Scope):
-        frame = lookahead.enter_loop(self, node, scope)
-        if frame is None:
+        if not self._loops or self._peek or scope is not self._module:
+            # a frame only for a module-level loop statement mode runs, and only when
+            # something looks ahead (spectool.shadow.lookahead)
             return (yield from self._run_for(node, scope, None))
+        frame = LoopFrame(node)
         self._loop_frames.append(frame)  # lookahead while an iteration is blocked
         try:
             return (yield from self._run_for(node, scope, frame))
@@ -322,8 +326,8 @@ class StatementsMixin:
             if self._steps >= self._next_check:
                 self._step(0)
             if self._peek:
-                self._peek_iterations += 1
-                if self._peek_iterations > self._limits.max_tail_iterations:
+                self._peeks.iterations += 1
+                if self._peeks.iterations > self._limits.max_tail_iterations:
                     raise _PeekDone
             try:
                 item = next(iterator)

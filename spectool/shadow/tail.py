@@ -44,7 +44,7 @@ from .values import TailBet, Touched, Unknown
 from .._parse import parse as parse_ast
 
 if TYPE_CHECKING:
-    from .interpreter import ShadowInterpreter
+    from .interpreter import CoreInterpreter
 
 __all__ = ["peek_tail", "peek_ahead", "split_tail", "complete_calls"]
 
@@ -237,10 +237,10 @@ def _callee_names_after(head: str, more: str) -> set[str]:
     return set(_CALLEE_SCAN.findall(head[start:] + more))
 
 
-def _tail_names(interp: "ShadowInterpreter", tail: str) -> frozenset[str]:
+def _tail_names(interp: "CoreInterpreter", tail: str) -> frozenset[str]:
     """The callee names ``_CALLEE_SCAN`` finds in the whole tail, kept up to date as
     the tail grows (see ``_callee_names_after``); the same object while unchanged."""
-    memo = interp._tail_names
+    memo = interp._peeks.tail_names
     if memo is not None and tail.startswith(memo[0]):
         head, names = memo
         if len(tail) == len(head):
@@ -252,15 +252,15 @@ def _tail_names(interp: "ShadowInterpreter", tail: str) -> frozenset[str]:
                 names = names | new
     else:  # (every match ends with a "(")
         names = frozenset(_CALLEE_SCAN.findall(tail)) if "(" in tail else frozenset()
-    interp._tail_names = (tail, names)
+    interp._peeks.tail_names = (tail, names)
     return names
 
 
-def _split_memo(interp: "ShadowInterpreter", tail: str) -> tuple[str, str, frozenset[str]]:
+def _split_memo(interp: "CoreInterpreter", tail: str) -> tuple[str, str, frozenset[str]]:
     """``split_tail(tail)`` and the callee names of its complete part, reusing the last
     tail's split when the tail only grew (the usual case): the lexer state after the
     complete part is the start state, so only the unfinished part is lexed again."""
-    memo = interp._tail_memo
+    memo = interp._peeks.tail_memo
     if memo is not None and tail.startswith(memo[0]):
         _, complete, partial, names = memo
         added = tail[len(memo[0]):]
@@ -277,11 +277,11 @@ def _split_memo(interp: "ShadowInterpreter", tail: str) -> tuple[str, str, froze
     else:
         complete, partial = split_tail(tail)
         names = frozenset(_CALLEE_SCAN.findall(complete))
-    interp._tail_memo = (tail, complete, partial, names)
+    interp._peeks.tail_memo = (tail, complete, partial, names)
     return complete, partial, names
 
 
-def peek_tail(interp: "ShadowInterpreter", tail: str) -> list[TailBet]:
+def peek_tail(interp: "CoreInterpreter", tail: str) -> list[TailBet]:
     """Bets for the open tail of a cell (see the module docstring)."""
     if interp.stopped or not tail or tail.isspace() or _DEFINITION.match(tail):
         return []  # a definition's body does not run while it is being defined
@@ -289,43 +289,43 @@ def peek_tail(interp: "ShadowInterpreter", tail: str) -> list[TailBet]:
     # and those of its unfinished line (a scan of the whole finds every match a scan
     # of either part finds), so when none of them is relevant neither test below can
     # pass and the answer is [] as well; the split is then not needed.
-    if not _relevant_memo(interp, "_tail_any", _tail_names(interp, tail)):
+    if not _relevant_memo(interp, "tail_any", _tail_names(interp, tail)):
         return []
     complete, partial, names = _split_memo(interp, tail)
     # names of the complete part rarely change: the last answer is reused (see above)
-    if (not _relevant_memo(interp, "_tail_relevant", names)
+    if (not _relevant_memo(interp, "tail_relevant", names)
             and not _relevant(interp, _CALLEE_SCAN.findall(partial))):
         return []
     source = _synthesize(tail, lambda text: _may_call_a_tool(interp, text), (complete, partial))
     if source is None:
         return []
     key = (source, interp._version)
-    cached = interp._peek_cache
+    cached = interp._peeks.cache
     if cached is not None and cached[0] == key:
         return list(cached[1])
     tree = _parse(source)
     bets = [] if tree is None else _evaluate(interp, tree)
-    interp._peek_cache = (key, bets)
+    interp._peeks.cache = (key, bets)
     return list(bets)
 
 
-def _relevant_memo(interp: "ShadowInterpreter", slot: str, names: frozenset[str]) -> bool:
-    """``_relevant(interp, names)``, remembered in ``interp.<slot>`` for the same names
-    object while the state (its version) is the same."""
-    known = getattr(interp, slot)
+def _relevant_memo(interp: "CoreInterpreter", slot: str, names: frozenset[str]) -> bool:
+    """``_relevant(interp, names)``, remembered in ``interp._peeks.<slot>`` for the same
+    names object while the state (its version) is the same."""
+    known = getattr(interp._peeks, slot)
     if known is not None and known[0] is names and known[1] == interp._version:
         return known[2]
     relevant = _relevant(interp, names)
-    setattr(interp, slot, (names, interp._version, relevant))
+    setattr(interp._peeks, slot, (names, interp._version, relevant))
     return relevant
 
 
-def _may_call_a_tool(interp: "ShadowInterpreter", text: str) -> bool:
+def _may_call_a_tool(interp: "CoreInterpreter", text: str) -> bool:
     """Does the text call a tool, or a function defined in the cell, by name?"""
     return _relevant(interp, _CALLEE_SCAN.findall(text))
 
 
-def _relevant(interp: "ShadowInterpreter", names) -> bool:
+def _relevant(interp: "CoreInterpreter", names) -> bool:
     values = interp._module.vars
     for name in names:
         if name in interp._toolrefs or type(values.get(name)) is ShadowFunction:
@@ -333,7 +333,7 @@ def _relevant(interp: "ShadowInterpreter", names) -> bool:
     return False
 
 
-def peek_ahead(interp: "ShadowInterpreter", statements: list[str], tail: str,
+def peek_ahead(interp: "CoreInterpreter", statements: list[str], tail: str,
                unknown: frozenset[str]) -> list[TailBet]:
     """Bets for closed statements queued behind one that is waiting, and for the open
     tail after them, peeked like a tail while the waiting statement is suspended.
@@ -343,16 +343,16 @@ def peek_ahead(interp: "ShadowInterpreter", statements: list[str], tail: str,
     that statement has not finished computing. Definitions among the statements are
     complete and run (in the peek's view); an open definition in the tail is left out.
     """
-    if interp.stopped or not statements or interp._ahead_seconds >= PEEK_AHEAD_MAX_SECONDS:
+    if interp.stopped or not statements or interp._peeks.ahead_seconds >= PEEK_AHEAD_MAX_SECONDS:
         return []
     t0 = time.thread_time()
     try:
         return _peek_ahead(interp, statements, tail, unknown)
     finally:
-        interp._ahead_seconds += time.thread_time() - t0
+        interp._peeks.ahead_seconds += time.thread_time() - t0
 
 
-def _peek_ahead(interp: "ShadowInterpreter", statements: list[str], tail: str,
+def _peek_ahead(interp: "CoreInterpreter", statements: list[str], tail: str,
                 unknown: frozenset[str]) -> list[TailBet]:
     if not tail or tail.isspace() or _DEFINITION.match(tail):
         tail = ""
@@ -366,7 +366,7 @@ def _peek_ahead(interp: "ShadowInterpreter", statements: list[str], tail: str,
     return [] if tree is None else _evaluate(interp, tree, unknown)
 
 
-def _evaluate(interp: "ShadowInterpreter", tree: ast.Module,
+def _evaluate(interp: "CoreInterpreter", tree: ast.Module,
               unknown: frozenset[str] = frozenset()) -> list[TailBet]:
 
     with peeking(interp, PEEK_MAX_STEPS, PEEK_MAX_SECONDS, handling=[]) as bets:

@@ -20,6 +20,10 @@ __all__ = [
     "Handle",
     "ShadowHost",
     "WaitFor",
+    "Launch",
+    "Observe",
+    "Lookahead",
+    "Event",
     "Outcome",
     "ToolInfo",
     "TailBet",
@@ -36,6 +40,13 @@ class Handle(Protocol):
 
 
 class ShadowHost(Protocol):
+    """What ``ShadowInterpreter.run_statement`` (the host-callback form of the event
+    stream, ``spectool.shadow.orchestrate``) calls. Optional, looked up by name:
+    ``observe(tool_name, args, kwargs) -> Handle | None`` (answers ``Observe``),
+    ``lookahead(bets)`` (takes ``Lookahead`` bets; without it no lookahead) and
+    ``lookahead_outcome(tool_name, args, kwargs, occurrence) -> Outcome | None``
+    (finished lookahead bets)."""
+
     def launch(self, tool_name: str, args: tuple, kwargs: dict, *, origin: str) -> Handle | None:
         """Non-blocking. Start (or join) a speculative call; None = declined.
         origin: "statement" | "tail"."""
@@ -43,9 +54,43 @@ class ShadowHost(Protocol):
 
 @dataclass(frozen=True)
 class WaitFor:
-    """Yielded by ``run_statement``: send back the ``Outcome`` of this handle."""
+    """An event of a statement: it reads a call's content; send back the ``Outcome``
+    of this handle."""
 
     handle: Any
+
+
+@dataclass(frozen=True)
+class Launch:
+    """An event of a statement: it starts a speculatable call with known arguments;
+    send back the call's handle (None: declined, the call is unknown)."""
+
+    tool: str
+    args: tuple
+    kwargs: dict
+    origin: str = "statement"
+
+
+@dataclass(frozen=True)
+class Observe:
+    """An event of a statement: it makes a call the shadow may not start; send back a
+    handle bound to the real call (None: its result is unknown)."""
+
+    tool: str
+    args: tuple
+    kwargs: dict
+
+
+@dataclass(frozen=True)
+class Lookahead:
+    """An event of a statement about to wait inside a loop: bets on the calls of
+    later iterations (``spectool.shadow.lookahead``); send back None."""
+
+    bets: tuple["TailBet", ...]
+
+
+# what a statement's event stream yields (``spectool.shadow.orchestrate``)
+Event = WaitFor | Launch | Observe | Lookahead
 
 
 @dataclass(frozen=True)

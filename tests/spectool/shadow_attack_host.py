@@ -18,7 +18,7 @@ import sys
 import anyio
 
 import spectool
-from spectool.shadow_pool import ShadowPool, ShadowWorkerLimits
+from spectool.shadow_host.pool import ShadowPool, ShadowWorkerLimits
 
 # Each attack statement first launches q(5): when that speculation starts, the shadow
 # is inside the attack statement (the stream then ends; no sleeps order anything).

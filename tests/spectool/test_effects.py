@@ -510,13 +510,13 @@ def hold_back_shadow(monkeypatch):
 
     import spectool.shadow.interpreter as interpreter
     released = threading.Event()
-    original_init = interpreter.ShadowInterpreter.__init__
+    original_init = interpreter.CoreInterpreter.__init__
 
     def held_back(self, *args, **kwargs):
         released.wait(10)                              # in the shadow's worker thread
         original_init(self, *args, **kwargs)
 
-    monkeypatch.setattr(interpreter.ShadowInterpreter, "__init__", held_back)
+    monkeypatch.setattr(interpreter.CoreInterpreter, "__init__", held_back)
     return released
 
 

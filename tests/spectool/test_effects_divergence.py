@@ -25,7 +25,7 @@ import pytest
 
 import spectool
 import spectool.speculation.claims
-from spectool import shadow_protocol as proto
+from spectool.shadow_host import protocol as proto
 from spectool.shadow import Unknown
 from spectool.speculation import Budget, Store
 from spectool.speculation.claims import RealCalls
@@ -316,7 +316,7 @@ def test_a_forged_nan_from_a_worker_is_not_plain():
 
 
 def test_nan_reaches_the_worker_as_unknown():
-    from spectool._shadow_process import _turn_copier, plain_outcome
+    from spectool.shadow_host.process_driver import _turn_copier, plain_outcome
     from spectool.shadow import Outcome
 
     x = float("nan")

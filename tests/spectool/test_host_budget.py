@@ -23,7 +23,7 @@ import spectool.keys as keys
 import spectool.runtime as runtime_mod
 import spectool.segmenter as segmenter_mod
 from spectool._compile import compile_cell
-from spectool._shadow_process import plain_outcome
+from spectool.shadow_host.process_driver import plain_outcome
 from spectool.host_budget import DELTA_SLICE_CHARS, LOOP_COPY_ITEMS
 from spectool.segmenter import Segmenter, StatementClosed, TailChanged
 from spectool.shadow import hash_guard
@@ -291,7 +291,7 @@ def test_an_outcome_for_a_shadow_process_is_copied_within_the_loop_budget():
 
 def spy_deferred_copies(monkeypatch) -> list:
     """The threads in which the process driver copied names past the loop budget."""
-    from spectool._shadow_process import ProcessShadowDriver
+    from spectool.shadow_host.process_driver import ProcessShadowDriver
     threads: list = []
     real = ProcessShadowDriver._copy_deferred
 
@@ -341,7 +341,7 @@ async def test_a_named_value_past_the_thread_budget_is_sent_as_unknown(anyio_bac
 
 
 def names_sent(frame: bytes) -> dict:
-    from spectool import shadow_protocol as proto
+    from spectool.shadow_host import protocol as proto
     _lease, (kind, names) = proto.decode_command(frame[4:])
     assert kind == "names"
     return names
@@ -351,7 +351,7 @@ def names_sent(frame: bytes) -> dict:
 @pytest.mark.parametrize("frozen", [True, False])
 async def test_names_not_copied_when_the_real_run_starts_are_sent_as_unknown(
         anyio_backend, frozen):
-    from spectool._shadow_process import ProcessShadowDriver
+    from spectool.shadow_host.process_driver import ProcessShadowDriver
     from spectool.trace import Trace
     xs = list(range(LOOP_COPY_ITEMS * 2))
     driver = ProcessShadowDriver({}, None, Trace(), None, {"xs": xs, "n": 3}, None)
@@ -369,7 +369,7 @@ async def test_names_not_copied_when_the_real_run_starts_are_sent_as_unknown(
 @pytest.mark.anyio
 async def test_the_thread_shadow_copies_a_large_namespace_off_the_loop(anyio_backend,
                                                                       monkeypatch):
-    from spectool.snapshot import ThreadSnapshot
+    from spectool.shadow_host.snapshot import ThreadSnapshot
     threads: list = []
     take = ThreadSnapshot.take
 

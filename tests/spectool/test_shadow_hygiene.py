@@ -17,9 +17,9 @@ import anyio
 import pytest
 
 import spectool
-import spectool._shadow_process as sp
-from spectool import shadow_protocol as proto
-from spectool.shadow_pool import ShadowPool
+import spectool.shadow_host.process_driver as sp
+from spectool.shadow_host import protocol as proto
+from spectool.shadow_host.pool import ShadowPool
 from spectool_bench.host_side_attacks import CompromisedPool
 
 pytestmark = pytest.mark.anyio
@@ -288,7 +288,7 @@ import json, os, sys
 import types
 m = types.ModuleType("spectool"); m.__path__ = [os.path.join(sys.argv[1], "spectool")]
 sys.modules["spectool"] = m
-from spectool.shadow_worker import confine
+from spectool.shadow_host.worker import confine
 d = sys.argv[2]
 ops = {
     "mkdir": lambda: os.mkdir(os.path.join(d, "new")),

@@ -14,10 +14,10 @@ import anyio
 import pytest
 
 import spectool
-import spectool.shadow_pool as shadow_pool
-from spectool import shadow_protocol as proto
+import spectool.shadow_host.pool as shadow_pool
+from spectool.shadow_host import protocol as proto
 from spectool.shadow import Limits
-from spectool.shadow_pool import ShadowPool, ShadowWorkerLimits
+from spectool.shadow_host.pool import ShadowPool, ShadowWorkerLimits
 from spectool_bench.host_side_attacks import CompromisedPool
 from rt_helpers import child_pids
 
@@ -490,7 +490,7 @@ async def test_negative_control_answered_in_the_readers_context_it_sees_the_othe
         anyio_backend, monkeypatch):
     import types
 
-    import spectool._shadow_process as sp
+    import spectool.shadow_host.process_driver as sp
     passthrough = types.SimpleNamespace(run=lambda f, *a: f(*a))
     monkeypatch.setattr(sp, "contextvars",
                         types.SimpleNamespace(copy_context=lambda: passthrough))

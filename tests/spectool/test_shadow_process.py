@@ -20,8 +20,9 @@ import anyio
 import pytest
 
 import spectool
-from spectool import shadow_protocol as proto
-from spectool.shadow_pool import ShadowPool, ShadowWorkerLimits, WorkerProcess
+from spectool.shadow_host import protocol as proto
+from spectool.shadow_host.pool import ShadowPool, ShadowWorkerLimits
+from spectool.shadow_host.worker_process import WorkerProcess
 from rt_helpers import child_pids, chunks, fenced
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -146,7 +146,7 @@ def _names_only_rebound_by_targets(monkeypatch):
 def _no_poison(monkeypatch):
     monkeypatch.setattr(interpreter, "poison", lambda *a, **k: None)
     monkeypatch.setattr(calls, "poison", lambda *a, **k: None)
-    monkeypatch.setattr(interpreter.ShadowInterpreter, "_poison_all", lambda self, scope, in_peek=False: None)
+    monkeypatch.setattr(interpreter.CoreInterpreter, "_poison_all", lambda self, scope, in_peek=False: None)
 
 
 def _no_text_guard(monkeypatch):

@@ -44,7 +44,7 @@ def test_parity_suite_is_not_empty():
 @pytest.mark.anyio
 @pytest.mark.parametrize("test,kwargs", TESTS)
 async def test_with_the_thread_shadow(anyio_backend, test, kwargs, monkeypatch):
-    import spectool._shadow_process as process_driver
+    import spectool.shadow_host.process_driver as process_driver
 
     def refuse(*args, **kw):
         raise AssertionError("the process shadow ran in a thread-shadow parity test")

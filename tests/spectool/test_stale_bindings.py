@@ -356,7 +356,6 @@ async def test_defining_a_function_whose_body_rebinds_keeps_the_shadow_betting(a
 async def test_negative_control_a_called_rebinding_helper_unseen_gives_a_stale_bet(
         anyio_backend, monkeypatch):
     from spectool.shadow import rebinding
-    monkeypatch.setattr(interpreter, "body_rebinds", lambda fn: False)
     monkeypatch.setattr(rebinding, "body_rebinds", lambda fn: False)
     with pytest.raises(AssertionError, match="never made"):
         await check(["x = 0\n"], REBINDINGS["helper_rebinding_when_called"])

@@ -1,9 +1,9 @@
 """The shadow worker process: the shadow interpreter behind the message protocol.
 
-Started by :mod:`spectool.shadow_pool` as ``python -I -S -c BOOTSTRAP CONFIG``. The
+Started by :mod:`spectool.shadow_host.pool` as ``python -I -S -c BOOTSTRAP CONFIG``. The
 bootstrap registers a bare ``spectool`` package (``spectool/__init__`` is not run), so
 the worker imports only the pure stages (``spectool.shadow``, ``keys``,
-``segmenter``), this module and :mod:`spectool.shadow_protocol`: no anyio, no tools,
+``segmenter``), this module and :mod:`spectool.shadow_host.protocol`: no anyio, no tools,
 no user code. Then, before it reads a single command, it confines itself
 (:func:`confine`): address space (RLIMIT_AS), CPU time (RLIMIT_CPU, re-armed per command),
 no core dumps, no file writes, no new processes, a lower CPU priority (nice), every
@@ -17,16 +17,17 @@ utimes, xattrs, mknod, mount) or reaches another process (kill, ptrace,
 One worker serves many turns at once (:class:`Mux`): every command carries its turn's
 lease nonce, each lease has its own :class:`Session` (interpreter, namespace, CPU
 budget), made at ``begin`` and dropped at ``end``, and each reply frame carries the
-lease of the turn it answers (:func:`spectool.shadow_protocol.lease_frame`). Commands
+lease of the turn it answers (:func:`spectool.shadow_host.protocol.lease_frame`). Commands
 run one at a time, in arrival order, each under a CPU slice (``ITIMER_VIRTUAL``;
 SIGVTALRM interrupts the running turn's interpreter, whose shadow then stops for that
 turn only); RLIMIT_CPU, re-armed at each command, ends the process if one C call
 outlives every check. SIGUSR1 interrupts the running command too (the host sends it
-when the only turn a worker serves ends while it computes). A statement runs until it finishes or waits on a handle; the
-interpreter's host calls (``launch``, ``observe``, ``lookahead_outcome``) become
-requests answered by the host's ``("reply", ...)`` (commands of other turns read
-meanwhile wait their turn; an ``end`` of the waiting turn abandons the request);
-``lookahead`` is one-way. Replies are encoded with ``shadow_protocol.encode_reply``
+when the only turn a worker serves ends while it computes). A statement runs until it
+finishes or waits on a handle: its event stream (``ShadowInterpreter.events``) is run
+up to the next ``WaitFor``, and its other events become frames: ``Launch`` and
+``Observe`` (and lookahead's ``lookahead_outcome`` query) are requests answered by the
+host's ``("reply", ...)`` (commands of other turns read meanwhile wait their turn; an
+``end`` of the waiting turn abandons the request); ``Lookahead`` is one-way. Replies are encoded with ``protocol.encode_reply``
 (plain data only). Its first frame is ``("ready",)``. End of input (the host closed
 the channel or died) ends the process.
 """
@@ -40,7 +41,7 @@ import socket
 import sys
 from typing import Any
 
-from . import shadow_protocol as proto
+from . import protocol as proto
 
 __all__ = ["main", "confine", "Mux", "Session", "RemoteHandle"]
 
@@ -136,25 +137,31 @@ def _encode_bets(kind: str, bets: list) -> bytes:
             fields = fields[: len(fields) // 2]
 
 
-class _Host:
-    """The ``ShadowHost`` the interpreter sees inside the worker."""
+class _Answers:
+    """Answers a statement's events other than ``WaitFor`` (and lookahead's view of
+    finished bets) with frames to the host."""
 
     def __init__(self, session: "Session") -> None:
         self._s = session
 
-    def launch(self, tool_name: str, args: tuple, kwargs: dict, *, origin: str = "statement"):
-        hid = self._s.request(_encode_call("launch", tool_name, args, kwargs, origin))
-        return None if hid is None else RemoteHandle(hid)
+    def answer(self, event: Any) -> Any:
+        from ..shadow import Launch, Observe
+        if type(event) is Launch:
+            hid = self._s.request(_encode_call("launch", event.tool, event.args, event.kwargs,
+                                               event.origin))
+            return None if hid is None else RemoteHandle(hid)
+        if type(event) is Observe:
+            hid = self._s.request(_encode_call("observe", event.tool, event.args, event.kwargs))
+            return None if hid is None else RemoteHandle(hid)
+        self.lookahead(event.bets)
+        return None
 
-    def observe(self, tool_name: str, args: tuple, kwargs: dict):
-        hid = self._s.request(_encode_call("observe", tool_name, args, kwargs))
-        return None if hid is None else RemoteHandle(hid)
+    def lookahead(self, bets: Any) -> None:
+        """Bets on later loop iterations: one-way."""
+        self._s.channel.write(_encode_bets("lookahead", list(bets)))
 
-    def lookahead(self, bets: list) -> None:
-        self._s.channel.write(_encode_bets("lookahead", bets))
-
-    def lookahead_outcome(self, tool_name: str, args: tuple, kwargs: dict, occurrence: int):
-        from .shadow import Outcome
+    def ask(self, tool_name: str, args: tuple, kwargs: dict, occurrence: int):
+        from ..shadow import Outcome
         got = self._s.request(_encode_call("lookahead_outcome", tool_name, args, kwargs,
                                            occurrence))
         return None if got is None else Outcome(value=got[0], error=got[1])
@@ -168,6 +175,7 @@ class Session:
         self.lease = lease
         self.channel = TurnChannel(mux.channel, lease)
         self.interp: Any = None
+        self.answers = _Answers(self)
         self.namespace: dict[str, Any] = {}
         self.gen: Any = None
         self.cpu_seconds: float | None = None
@@ -204,10 +212,10 @@ class Session:
             return proto.encode_reply(("error", f"{type(exc).__name__}: {exc}"[:500]))
 
     def _run(self, kind: str, fields: tuple) -> bytes:
-        from .shadow import Outcome, lookahead
+        from ..shadow import Outcome
         interp = self.interp
         if kind == "statement":
-            self.gen = interp.run_statement(fields[0])
+            self.gen = interp.events(fields[0], None, self.answers.ask)
             return self._step(None)
         if kind == "resume":
             if self.gen is None:
@@ -220,31 +228,31 @@ class Session:
             return _encode_bets("bets", interp.peek_ahead(list(statements), tail,
                                                           frozenset(unknown)))
         if kind == "refresh":
-            lookahead.refresh(interp)
-            return proto.encode_reply(("looking", lookahead.active(interp)))
+            bets = interp.look_again(self.answers.ask)
+            if bets:
+                self.answers.lookahead(bets)
+            return proto.encode_reply(("looking", interp.looking))
         raise _OutOfStep(f"unknown command {kind!r}")
 
     def _step(self, value: Any) -> bytes:
-        from .shadow import WaitFor, lookahead
-        try:
-            request = self.gen.send(value)
-        except StopIteration:
+        from ..shadow import until_wait
+        request = until_wait(self.gen, value, self.answers.answer)
+        if request is None:
             self.gen = None
             return proto.encode_reply(("done",))
-        if not isinstance(request, WaitFor) or type(request.handle) is not RemoteHandle:
-            raise RuntimeError("the interpreter yielded something other than a wait")
-        return proto.encode_reply(("wait", request.handle.hid,
-                                   bool(lookahead.active(self.interp))))
+        if type(request.handle) is not RemoteHandle:
+            raise RuntimeError("the interpreter waits on a handle the host never gave")
+        return proto.encode_reply(("wait", request.handle.hid, bool(self.interp.looking)))
 
     def _begin(self, tools: tuple, limits: dict | None, cpu_seconds: float | None) -> None:
-        from .shadow import Limits, ShadowInterpreter, ToolInfo
+        from ..shadow import Limits, ShadowInterpreter, ToolInfo
         self._end()
         self.cpu_seconds = cpu_seconds
         infos = {name: ToolInfo(name=name, speculate=speculate, batched_of=batched_of)
                  for name, speculate, batched_of in tools}
         kwargs = {} if limits is None else {"limits": Limits(**limits)}
         self.namespace = {}
-        self.interp = ShadowInterpreter(self.namespace, infos, _Host(self), **kwargs)
+        self.interp = ShadowInterpreter(self.namespace, infos, **kwargs)
 
     def _end(self) -> None:
         if self.gen is not None:
@@ -507,8 +515,7 @@ def main(config_json: str) -> None:
     signal.signal(signal.SIGUSR1, _on_slice_spent)     # the host: its only turn ended
     # import everything the shadow may use before the limits make imports impossible
     import _strptime  # noqa: F401  (datetime.strptime imports it on first use)
-    import spectool.shadow  # noqa: F401
-    from spectool.shadow import lookahead  # noqa: F401
+    import spectool.shadow  # noqa: F401  (with its tail, lookahead and orchestrate)
     sock = socket.socket(fileno=0)
     confine(config)
     mux = Mux(Channel(sock), config.get("slice_seconds"), config.get("max_lanes") or 1024)

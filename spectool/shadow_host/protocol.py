@@ -1,7 +1,7 @@
 """The message protocol between the host and a shadow worker process (pure, no I/O).
 
 The shadow evaluates untrusted, unfinished model code, so it runs in a worker
-process (``spectool.shadow_worker``) and talks to the host only through the messages
+process (``spectool.shadow_host.worker``) and talks to the host only through the messages
 below. Every message is one *frame*: a 4-byte big-endian length, then the payload.
 One worker serves many turns at once, each under its own *lease*
 (:data:`LEASE_BYTES` random bytes the host chose for the turn): every command is sent

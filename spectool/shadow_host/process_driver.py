@@ -1,9 +1,9 @@
 """Drives a shadow worker process from the runtime's event loop (``shadow="process"``).
 
-The work order is the thread driver's (:mod:`spectool._shadow_driver`: statements in
+The work order is the thread driver's (:mod:`spectool.shadow_host.thread_driver`: statements in
 order, only the newest tail, lookahead and peek ahead while a statement waits); the
-interpreter runs in a leased worker of a :class:`~spectool.shadow_pool.ShadowPool`
-and every step is a command of :mod:`spectool.shadow_protocol`:
+interpreter runs in a leased worker of a :class:`~spectool.shadow_host.pool.ShadowPool`
+and every step is a command of :mod:`spectool.shadow_host.protocol`:
 
 * the namespace: at *feed* time (while the message streams, before the real run can
   change anything) every REPL variable the fed text names is copied with the
@@ -24,7 +24,7 @@ and every step is a command of :mod:`spectool.shadow_protocol`:
   by the store on the loop and answered; results and errors go back as plain copies
   (exceptions sanitised to builtin classes, as the interpreter does itself).
 * every read is asynchronous and every reply is decoded by the bounded plain-data
-  decoder (``shadow_protocol.decode_reply``); nothing from the worker is unpickled.
+  decoder (``protocol.decode_reply``); nothing from the worker is unpickled.
 * the turn holds a *lane* of a worker (``ShadowPool.lease``), which other turns'
   lanes share: a fresh random nonce (the lease) goes with every command, every reply
   must carry it, the worker keeps this turn's interpreter and namespace apart from
@@ -66,18 +66,22 @@ import re
 import signal
 import threading
 import unicodedata
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import anyio
 import anyio.lowlevel
 
-from . import shadow_protocol as proto
-from .host_budget import LOOP_COPY_ITEMS, OFFLOOP_COPY_ITEMS
-from ._shadow_driver import _END, QueueDriver
-from ._threads import run_in_worker
-from .shadow_pool import Lane, ShadowPool, WorkerDied, WorkerProcess
-from .speculation.store import Store
-from .trace import Trace
+from . import protocol as proto
+from ..host_budget import LOOP_COPY_ITEMS, OFFLOOP_COPY_ITEMS
+from .thread_driver import _END, QueueDriver
+from .._threads import run_in_worker
+from .pool import Lane, ShadowPool, WorkerDied, WorkerProcess
+from ..speculation.store import Store
+from ..trace import Trace
+
+if TYPE_CHECKING:  # annotations only
+    from ..tools import Tool
+    from ..shadow.limits import Limits
 
 __all__ = ["ProcessShadowDriver"]
 
@@ -127,7 +131,7 @@ def _command_frame(msg: tuple, lease: bytes) -> bytes:
 
 
 def _turn_copier(max_items: int) -> Any:
-    from .shadow.copying import PlainCopier
+    from ..shadow.copying import PlainCopier
 
     class TurnCopier(PlainCopier):
         """``PlainCopier`` that refuses containers copied into an earlier message."""
@@ -145,7 +149,7 @@ def _turn_copier(max_items: int) -> Any:
         def copy_name(self, value: object, defer: bool = False) -> object:
             """The copy, or Unknown; with ``defer``, a value past the element budget
             raises ``_TooLarge`` instead (nothing of it is kept)."""
-            from .shadow import LimitExceeded, Unknown
+            from ..shadow import LimitExceeded, Unknown
             before = len(self.memo)      # a dict: new entries come last
             items = self.items
             try:
@@ -173,9 +177,9 @@ def plain_outcome(outcome: Any, max_items: int) -> tuple[object, BaseException |
     data (else Unknown), the error as a builtin exception with plain arguments. The
     copy and its pickling run on the event loop: at most ``LOOP_COPY_ITEMS`` elements
     (``spectool.host_budget``), a larger value reaches the worker as Unknown."""
-    from .shadow import LimitExceeded, Unknown
-    from .shadow.copying import PlainCopier
-    from .shadow.internals import _sanitize_exception
+    from ..shadow import LimitExceeded, Unknown
+    from ..shadow.copying import PlainCopier
+    from ..shadow.internals import _sanitize_exception
     max_items = min(max_items, LOOP_COPY_ITEMS)
     if outcome.error is not None:
         return None, _sanitize_exception(outcome.error, PlainCopier(max_items, nan_unknown=True))
@@ -190,11 +194,11 @@ class _Failed(Exception):
 
 
 class ProcessShadowDriver(QueueDriver):
-    def __init__(self, tools: Mapping[str, Any], store: Store, trace: Trace,
-                 limits: Any, namespace: dict[str, Any], pool: ShadowPool,
+    def __init__(self, tools: Mapping[str, Tool], store: Store, trace: Trace,
+                 limits: Limits | None, namespace: Mapping[str, Any], pool: ShadowPool,
                  owner: object = None) -> None:
         super().__init__(tools, store, trace, limits, namespace)
-        from .shadow import Limits
+        from ..shadow import Limits
         self.pool = pool
         self.owner = owner
         self._lease_id = proto.NO_LEASE
@@ -416,7 +420,7 @@ class ProcessShadowDriver(QueueDriver):
                               excuse=MAX_LOOKAHEAD_FRAMES + 2, busy=self._busy)
 
     async def _serve(self) -> None:
-        from ._shadow_driver import tool_infos
+        from .thread_driver import tool_infos
         infos = tool_infos(self.tools)
         tools = tuple((i.name, i.speculate, i.batched_of) for i in infos.values())
         # Limits cross as a plain dict of its fields (a subclass from user code would

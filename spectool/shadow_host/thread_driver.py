@@ -3,7 +3,7 @@
 Two drivers share :class:`QueueDriver` (the queue and the order of work below, down
 to the loop while a statement waits, ``QueueDriver._blocked``; each driver supplies
 only the transport, ``_peek_ahead`` and ``_refresh``):
-``spectool._shadow_process.ProcessShadowDriver`` (the default, ``Runtime(shadow=
+``spectool.shadow_host.process_driver.ProcessShadowDriver`` (the default, ``Runtime(shadow=
 "process")``) runs the interpreter in a worker process behind a message protocol;
 :class:`ShadowDriver` (``shadow="thread"``, documented and tested, not isolated) runs
 it in worker threads of the host process, as described here.
@@ -11,20 +11,22 @@ it in worker threads of the host process, as described here.
 The driver owns a queue of work items fed by the runtime (closed statements, the
 latest open tail, the end of input) and runs them one at a time in one task:
 
-* a statement: ``interpreter.run_statement(source)`` is a generator; on
-  ``WaitFor(handle)`` the driver awaits the store entry and sends back an
-  ``Outcome``. The store is the shadow's ``ShadowHost`` (``launch`` never blocks).
+* a statement: ``interpreter.events(source)`` is a generator of events
+  (``spectool.shadow.orchestrate``); on ``WaitFor(handle)`` the driver awaits the
+  store entry and sends back an ``Outcome``; ``Launch``, ``Observe`` and
+  ``Lookahead`` are answered by the store (``launch``, ``observe``,
+  ``lookahead_bets``; none of them blocks).
 * a tail: only the newest tail matters (a stale one is skipped); the bets from
   ``peek_tail`` are reconciled with the store's floating bets (launch new ones,
   withdraw those no longer present). Tails are peeked only after every earlier
   statement has been shadow-run, so adoption happens before withdrawal.
 * the interpreter is CPU-bound Python bounded by its ``Limits`` (seconds per
-  statement): every step (construction, each generator step, ``peek_tail``) runs in
-  a worker thread so the event loop keeps serving the stream and the real run.
-  ``launch`` calls made from that thread hop back to the loop
+  statement): every step (construction, the events up to the next ``WaitFor``,
+  ``peek_tail``) runs in a worker thread so the event loop keeps serving the stream
+  and the real run. The events answered on the way hop back to the loop
   (``anyio.from_thread.run_sync``), where the store lives.
 * lookahead: before the shadow blocks inside a loop it may bet on the calls of later
-  iterations (``_LoopHost.lookahead`` -> ``Store.lookahead_bets``); statement mode
+  iterations (a ``Lookahead`` event -> ``Store.lookahead_bets``); statement mode
   adopts them like tail bets; those not adopted are withdrawn when the statement ends.
 * peek ahead: while a statement waits (on a speculation or an observed never-tool
   call), the statements queued behind it and the newest tail are peeked
@@ -44,17 +46,22 @@ from __future__ import annotations
 import functools
 import threading
 from collections import deque
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
-from ._threads import run_in_worker
-from .speculation.store import Store
-from .trace import Trace
-from ._parse import parse as parse_ast
-from ._parse import set_guard as _set_parse_guard
+from .._threads import run_in_worker
+from ..shadow.values import Launch, Observe, ToolInfo
+from ..speculation.store import Store
+from ..trace import Trace
+from .._parse import parse as parse_ast
+from .._parse import set_guard as _set_parse_guard
+
+if TYPE_CHECKING:  # annotations only
+    from ..tools import Tool
+    from ..shadow.limits import Limits
 
 # the shadow parses in a worker thread while the segmenter parses in the event loop:
 # one process-wide lock around every AST build (a CPython 3.11 race; see _parse)
@@ -65,15 +72,16 @@ __all__ = ["QueueDriver", "ShadowDriver", "tool_infos", "first_of", "written_nam
 _END = object()
 
 
-def tool_infos(tools: Mapping[str, Any]) -> dict[str, Any]:
-    from .shadow import ToolInfo
+def tool_infos(tools: Mapping[str, Tool]) -> dict[str, ToolInfo]:
     return {name: ToolInfo(name=t.name, speculate=t.speculate, signature=t.signature,
                            batched_of=t.batched_of)
             for name, t in tools.items()}
 
 
-class _LoopHost:
-    """The ``ShadowHost`` the interpreter sees from its worker thread.
+class _LoopAnswers:
+    """Answers a statement's events from its worker thread (``answer``; the
+    ``WaitFor`` the driver awaits itself) and lookahead's view of finished bets
+    (``ask``).
 
     Every method hops to the event loop, where the store lives. Once ``closed`` (the
     turn is over) they decline without hopping: the loop may no longer serve
@@ -92,18 +100,21 @@ class _LoopHost:
         except Exception:  # the turn is over (loop gone, store closed): decline
             return None
 
-    def launch(self, tool_name: str, args: tuple, kwargs: dict, *, origin: str = "statement"):
-        return self._hop(self._store.launch, tool_name, args, kwargs, origin=origin)
+    def answer(self, event: Any) -> Any:
+        """``Launch`` -> ``Store.launch``; ``Observe`` (a call the shadow may not
+        start: wait for the real one) -> ``Store.observe``; ``Lookahead`` (bets on
+        later loop iterations) -> ``Store.lookahead_bets``."""
+        store = self._store
+        if type(event) is Launch:
+            return self._hop(store.launch, event.tool, event.args, event.kwargs,
+                             origin=event.origin)
+        if type(event) is Observe:
+            return self._hop(store.observe, event.tool, event.args, event.kwargs)
+        self._hop(store.lookahead_bets, wanted(event.bets))
+        return None
 
-    def observe(self, tool_name: str, args: tuple, kwargs: dict):
-        """A call the shadow may not start: wait for the real one (``Store.observe``)."""
-        return self._hop(self._store.observe, tool_name, args, kwargs)
-
-    def lookahead(self, bets: list) -> None:
-        """Bets on later loop iterations (``spectool.shadow.lookahead``)."""
-        self._hop(self._store.lookahead_bets, wanted(bets))
-
-    def lookahead_outcome(self, tool_name: str, args: tuple, kwargs: dict, occurrence: int):
+    def ask(self, tool_name: str, args: tuple, kwargs: dict, occurrence: int):
+        """A finished lookahead bet's outcome (``Store.lookahead_outcome``)."""
         return self._hop(self._store.lookahead_outcome, tool_name, args, kwargs, occurrence)
 
 
@@ -115,14 +126,6 @@ def wanted(bets: Any) -> list[tuple[str, tuple, dict]]:
     return out
 
 
-def _step(gen: Any, value: Any) -> Any:
-    """One generator step; StopIteration must not cross a thread/coroutine boundary."""
-    try:
-        return gen.send(value)
-    except StopIteration:
-        return _END
-
-
 # How long a cancelled shadow step may take to notice the interrupt before its thread
 # is abandoned (the interpreter checks every few thousand steps; its Limits bound the
 # rest, so this is only a backstop). An abandoned step's host calls decline.
@@ -130,13 +133,14 @@ _STOP_GRACE_SECONDS = 5.0
 
 
 class QueueDriver:
-    """What every shadow driver shares: the queue of work fed by the runtime (closed
+    """What every shadow driver shares (``driver.ShadowDriverProtocol`` is what the
+    runtime uses): the queue of work fed by the runtime (closed
     statements, the newest tail, the end of input), never blocking the feeder.
-    ``spectool._shadow_process.ProcessShadowDriver`` drives a worker process;
+    ``spectool.shadow_host.process_driver.ProcessShadowDriver`` drives a worker process;
     :class:`ShadowDriver` a worker thread."""
 
-    def __init__(self, tools: Mapping[str, Any], store: Store, trace: Trace,
-                 limits: Any, namespace: dict[str, Any]) -> None:
+    def __init__(self, tools: Mapping[str, Tool], store: Store, trace: Trace,
+                 limits: Limits | None, namespace: Mapping[str, Any]) -> None:
         self.tools = tools
         self.store = store
         self.trace = trace
@@ -157,6 +161,10 @@ class QueueDriver:
 
     def finish(self) -> None:
         self._put(_END)
+
+    async def freeze(self) -> None:
+        """The real run starts now. The thread driver reads no namespace itself (the
+        runtime stops its snapshot); the process driver stops its copier."""
 
     def close(self) -> None:
         """Release the queue (the turn is over)."""
@@ -199,7 +207,7 @@ class QueueDriver:
         finishes, if it waits inside a loop (a later iteration's call may now have
         known arguments), and peek ahead at the statements queued behind it each time
         the queue changes. ``looking``: the interpreter is blocked inside a loop
-        (``shadow.lookahead.active``); ``seen``: the store's finished count before the
+        (``ShadowInterpreter.looking``); ``seen``: the store's finished count before the
         step that led here (the lookahead inside that step may not have seen what
         finished). The transport is the driver's ``_peek_ahead`` and ``_refresh``."""
         done = getattr(entry, "done", None)
@@ -234,8 +242,8 @@ class QueueDriver:
         raise NotImplementedError
 
     async def _refresh(self) -> bool:
-        """Look ahead again (``shadow.lookahead.refresh``); is the interpreter still
-        blocked inside a loop (``shadow.lookahead.active``)?"""
+        """Look ahead again (``ShadowInterpreter.look_again``); is the interpreter still
+        blocked inside a loop (``ShadowInterpreter.looking``)?"""
         raise NotImplementedError
 
 
@@ -243,16 +251,16 @@ class ShadowDriver(QueueDriver):
     """The in-process shadow (``Runtime(shadow="thread")``): the interpreter runs in
     worker threads of the host process."""
 
-    def __init__(self, tools: Mapping[str, Any], store: Store, trace: Trace,
-                 limits: Any, namespace: dict[str, Any]) -> None:
+    def __init__(self, tools: Mapping[str, Tool], store: Store, trace: Trace,
+                 limits: Limits | None, namespace: Mapping[str, Any]) -> None:
         super().__init__(tools, store, trace, limits, namespace)
-        self._host = _LoopHost(store)
+        self._answers = _LoopAnswers(store)
         self._interp: Any = None
 
     # -- worker threads ------------------------------------------------------------------
     def _stop(self) -> None:
         """The shadow task is being cancelled: make the running step end soon."""
-        self._host.closed = True
+        self._answers.closed = True
         if self._interp is not None:
             self._interp.interrupt()
 
@@ -264,10 +272,9 @@ class ShadowDriver(QueueDriver):
     async def run(self) -> None:
         kwargs = {} if self.limits is None else {"limits": self.limits}
         try:
-            from .shadow import Outcome, ShadowInterpreter, WaitFor
+            from ..shadow import ShadowInterpreter
             interp = self._interp = await self._in_thread(functools.partial(
-                ShadowInterpreter, self.namespace, tool_infos(self.tools), self._host,
-                **kwargs))
+                ShadowInterpreter, self.namespace, tool_infos(self.tools), **kwargs))
         except Exception as exc:
             self.trace.add("shadow_error", where="init", error=repr(exc))
             return
@@ -278,7 +285,7 @@ class ShadowDriver(QueueDriver):
                 kind, text = item
                 try:
                     if kind == "statement":
-                        await self._statement(interp, *text, WaitFor, Outcome)
+                        await self._statement(interp, *text)
                     elif not self._queue:    # only the newest tail matters
                         await self._tail(interp, text)
                 except Exception as exc:  # the interpreter broke: stop shadowing
@@ -289,25 +296,19 @@ class ShadowDriver(QueueDriver):
             self._stop()
             self.store.withdraw_bets()
 
-    async def _statement(self, interp: Any, source: str, tree: Any, WaitFor: Any,
-                         Outcome: Any) -> None:
-        from .shadow import lookahead
-        # a generator: creating it runs nothing
-        gen = (interp.run_statement(source) if tree is None
-               else interp.run_statement(source, tree=tree))
+    async def _statement(self, interp: Any, source: str, tree: Any) -> None:
+        from ..shadow import Outcome, until_wait
+        answers = self._answers
+        gen = interp.events(source, tree, answers.ask)   # a generator: creating it runs nothing
         seen = self.store.finished_count
-        request = await self._in_thread(_step, gen, None)
-        while request is not _END:
-            if isinstance(request, WaitFor):
-                await self._blocked(request.handle, lookahead.active(interp), seen, source,
-                                    tree)
-                got = await self.store.outcome(request.handle)
-                seen = self.store.finished_count
-                request = await self._in_thread(_step, gen,
-                                                Outcome(value=got.value, error=got.error))
-            else:
-                seen = self.store.finished_count
-                request = await self._in_thread(_step, gen, None)
+        request = await self._in_thread(until_wait, gen, None, answers.answer)
+        while request is not None:
+            await self._blocked(request.handle, interp.looking, seen, source, tree)
+            got = await self.store.outcome(request.handle)
+            seen = self.store.finished_count
+            request = await self._in_thread(until_wait, gen,
+                                            Outcome(value=got.value, error=got.error),
+                                            answers.answer)
         self.store.withdraw_lookahead_bets()
         self.statements_run += 1
         self.trace.add("shadow_statement", n=self.statements_run)
@@ -318,9 +319,10 @@ class ShadowDriver(QueueDriver):
                                             unknown))
 
     async def _refresh(self) -> bool:
-        from .shadow import lookahead
-        await self._in_thread(lookahead.refresh, self._interp)
-        return lookahead.active(self._interp)
+        bets = await self._in_thread(self._interp.look_again, self._answers.ask)
+        if bets:
+            self.store.lookahead_bets(wanted(bets))
+        return self._interp.looking
 
     async def _tail(self, interp: Any, tail: str) -> None:
         if not tail.strip():
@@ -333,7 +335,7 @@ def written_names(source: str, tree: Any) -> frozenset[str]:
     """Names a statement may rebind or mutate (``shadow.analysis.written_names``)."""
     import ast
 
-    from .shadow import analysis
+    from ..shadow import analysis
     if not isinstance(tree, ast.Module):
         try:
             tree = parse_ast(source)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import Any
 
-from .shadow import copying as _copying
+from ..shadow import copying as _copying
 
 __all__ = ["ThreadSnapshot"]
 
@@ -34,6 +35,8 @@ class ThreadSnapshot(Mapping):
         self._stop = [False]
         self._copy: dict = {}
         self.done = threading.Event()
+        # the runtime's ``anyio.Event``, set on the loop once ``take`` has returned
+        self.taken: Any = None
 
     def take(self) -> None:
         try:
