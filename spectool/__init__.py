@@ -15,7 +15,7 @@ runs the tool as the baseline would. See ``Runtime``.
     result.namespace, result.stdout, result.error, result.stats
 
 Modules: ``tools`` (decorator), ``store`` (speculation store and budget),
-``executor`` / ``subprocess_executor`` (real executors), ``runtime`` (wiring),
+``execution`` (real executors and their sandbox), ``runtime`` (wiring),
 ``shadow_pool`` / ``shadow_protocol`` / ``shadow_worker`` (the shadow's worker process),
 ``trace`` (events and stats), ``errors`` (exception tree), and the pure stages
 ``segmenter``, ``shadow``, ``keys``.
@@ -39,7 +39,7 @@ from .errors import (
 from .runtime import CellResult, Runtime, TurnResult
 from .shadow_pool import ShadowPool, ShadowWorkerLimits
 from .store import Budget, EntryState
-from .subprocess_executor import Opaque, WorkerLimits
+from .execution.subprocess_executor import Opaque, WorkerLimits
 from .tools import Tool, tool
 from .trace import Event, Trace, TurnStats
 

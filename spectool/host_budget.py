@@ -31,7 +31,7 @@ The bounds, where they are enforced:
   shadow interpreter declines a bulk insertion (``set(xs)``, ``d.update(pairs)``,
   ``a | b``) of such members.
 * ``OFFLOOP_COMPILE_CHARS``: a cell longer than this is compiled in a child process
-  (``spectool.executor``), in baseline as in every mode.
+  (``spectool.execution.inprocess``), in baseline as in every mode.
 * :func:`larger_than` decides, in at most ``LOOP_COPY_ITEMS`` steps, when a walk over a
   value belongs in a worker thread: a deterministic tool's result deep-copied for each
   real call (``spectool.store``), a result measured against a tool's output cap

@@ -10,9 +10,9 @@ no schedule can beat, hits, wasted executions and whether the turn's output is
 identical to the baseline's; and writes a table, JSON and a timeline PNG.
 
 Safety: the log's cells are untrusted code. They run in the subprocess executor, in
-its sandbox (:mod:`spectool.sandbox`), unless ``executor="inprocess"`` is asked for,
-which runs them as the user (the report then carries a warning). The whole replay has
-a time limit.
+its sandbox (:mod:`spectool.execution.sandbox`), unless ``executor="inprocess"`` is
+asked for, which runs them as the user (the report then carries a warning). The whole
+replay has a time limit.
 
 Harness (``harness=``, :mod:`spectool.harness_presets`): ``"rlm"``, ``"verifiers"`` or
 ``"both"`` (default) presets the names that harness's REPL starts with (``context``;

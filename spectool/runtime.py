@@ -39,7 +39,7 @@ import anyio.lowlevel
 from .admission import Admission
 from .cell_defs import replayable
 from .errors import RuntimeClosedError, StreamAdapterError, StreamError, StreamShapeError
-from .executor import InProcessExecutor
+from .execution.inprocess import InProcessExecutor
 from .host_budget import DELTA_SLICE_CHARS
 from .segmenter import CellClosed, Segmenter, StatementClosed, TailChanged
 from .store import Budget, Store
@@ -127,7 +127,7 @@ class Runtime:
         if executor == "inprocess":
             self.executor: Any = InProcessExecutor(namespace)
         elif executor == "subprocess":
-            from .subprocess_executor import SubprocessExecutor
+            from .execution.subprocess_executor import SubprocessExecutor
             self.executor = SubprocessExecutor(namespace, limits=worker_limits)
         elif isinstance(executor, str):
             raise ValueError(f"executor must be 'inprocess' or 'subprocess', not {executor!r}")
@@ -489,7 +489,7 @@ def _snapshot(variables: dict[str, Any], limits: Any = None) -> Any:
 
 def _bindings(variables: dict[str, Any]) -> dict[str, Any]:
     """The REPL bindings the shadow may read (values a subprocess left opaque excluded)."""
-    from .subprocess_executor import Opaque
+    from .execution.subprocess_executor import Opaque
     return {name: value for name, value in variables.items() if not isinstance(value, Opaque)}
 
 

@@ -135,7 +135,7 @@ def _str_keyed(state: Any, what: str) -> dict:
 
 
 def _spectool_rebuild(cls: Any, args: Any, state: Any) -> BaseException:
-    from . import errors
+    from .. import errors
     if not (isinstance(cls, type) and issubclass(cls, BaseException)
             and getattr(errors, cls.__name__, None) is cls):
         raise UnsafePickleError("spectool.errors._rebuild only rebuilds spectool's exceptions")
@@ -225,7 +225,7 @@ class _BoundedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
             if isinstance(obj, type) and issubclass(obj, BaseException):
                 return obj
         elif module == "spectool.errors":
-            from . import errors
+            from .. import errors
             if name == "_rebuild":
                 return _spectool_rebuild
             obj = getattr(errors, name, None)
