@@ -17,8 +17,8 @@ runs the tool as the baseline would. See ``Runtime``.
 Modules: ``tools`` (decorator), ``store`` (speculation store and budget),
 ``execution`` (real executors and their sandbox), ``runtime`` (wiring),
 ``shadow_pool`` / ``shadow_protocol`` / ``shadow_worker`` (the shadow's worker process),
-``trace`` (events and stats), ``errors`` (exception tree), and the pure stages
-``segmenter``, ``shadow``, ``keys``.
+``trace`` (events and stats), ``errors`` (exception tree), ``stream`` (stream adapters
+and the pure segmenter), and the pure stages ``shadow``, ``keys``.
 """
 
 from .errors import (

@@ -41,9 +41,9 @@ from .cell_defs import replayable
 from .errors import RuntimeClosedError, StreamAdapterError, StreamError, StreamShapeError
 from .execution.inprocess import InProcessExecutor
 from .host_budget import DELTA_SLICE_CHARS
-from .segmenter import CellClosed, Segmenter, StatementClosed, TailChanged
+from .stream.segmenter import CellClosed, Segmenter, StatementClosed, TailChanged
 from .store import Budget, Store
-from .streams import StreamNormalizer
+from .stream.adapters import StreamNormalizer
 from .tools import Tool, as_tool, check_tool_set
 from .trace import Trace, TurnStats
 
@@ -188,8 +188,8 @@ class Runtime:
     async def run(self, stream: AsyncIterable[Any] | Iterable[Any]) -> TurnResult:
         """Consume one model message and run its cells; see the module docstring.
 
-        ``stream`` yields text deltas in any shape ``spectool.streams`` accepts (str,
-        bytes, OpenAI / litellm / Anthropic / LangChain chunks); ``None`` and empty
+        ``stream`` yields text deltas in any shape ``spectool.stream.adapters`` accepts
+        (str, bytes, OpenAI / litellm / Anthropic / LangChain chunks); ``None`` and empty
         deltas are skipped, an unknown shape raises ``StreamShapeError``.
         """
         return await self._run(stream)
@@ -327,7 +327,7 @@ class _Turn:
                           stats=self.stats, trace=self.trace, cells=results)
 
     async def _consume(self, stream: Any, segmenter: Any) -> None:
-        # every accepted delta shape (str, bytes, SDK chunks, ...): spectool.streams
+        # every accepted delta shape (str, bytes, SDK chunks, ...): spectool.stream.adapters
         normalizer = StreamNormalizer()
         if not hasattr(stream, "__aiter__"):
             for chunk in stream:

@@ -21,11 +21,11 @@ import spectool
 import spectool.execution._compile as compile_mod
 import spectool.keys as keys
 import spectool.runtime as runtime_mod
-import spectool.segmenter as segmenter_mod
+import spectool.stream.segmenter as segmenter_mod
 from spectool.execution._compile import compile_cell
 from spectool._shadow_process import plain_outcome
 from spectool.host_budget import DELTA_SLICE_CHARS, LOOP_COPY_ITEMS
-from spectool.segmenter import Segmenter, StatementClosed, TailChanged
+from spectool.stream.segmenter import Segmenter, StatementClosed, TailChanged
 from spectool.shadow import hash_guard
 from spectool.shadow.copying import PlainCopier
 from spectool.shadow.values import Unknown
