@@ -3,8 +3,8 @@
 The folder is ``agents/`` but it installs under the import name ``spectool_agents``
 so it never collides with the OpenAI Agents SDK's ``agents`` package.
 
-Every agent here reads model streams through ``spectool.streams`` (str, bytes, OpenAI /
-litellm / Anthropic / LangChain chunks). ``spectool_agents.integrations`` holds the
+Every agent here reads model streams through ``spectool.stream.adapters`` (str, bytes,
+OpenAI / litellm / Anthropic / LangChain chunks). ``spectool_agents.integrations`` holds the
 drop-in pieces for smolagents, DSPy RLM, LangGraph and the OpenAI Agents SDK
 (imported on demand, never from here: each needs its framework installed).
 """

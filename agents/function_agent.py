@@ -6,7 +6,7 @@ A model streams one assistant message, e.g. as OpenAI-shaped deltas::
     {"tool_calls": [{"index": 0, "id": "call_1",
                      "function": {"name": "search", "arguments": "{\\"q\\": \\"ca"}}]}
 
-(or any other shape ``spectool.streams`` accepts: OpenAI SDK / litellm chunk
+(or any other shape ``spectool.stream.adapters`` accepts: OpenAI SDK / litellm chunk
 objects, whole ``chat.completion.chunk`` dicts, the flat ``{"index": 0, "name": ...,
 "arguments": ...}`` form, Anthropic ``content_block_*`` events, LangChain
 ``AIMessageChunk``s with ``tool_call_chunks``, OpenAI Responses events). A
@@ -35,8 +35,8 @@ import anyio
 import pydantic
 from spectool.errors import StreamAdapterError, StreamError, StreamShapeError
 from spectool.speculation import Budget, Store
-from spectool.streams import Delta, ToolCallDelta, normalize
-from spectool.streams import deltas as normalized_deltas
+from spectool.stream.adapters import Delta, ToolCallDelta, normalize
+from spectool.stream.adapters import deltas as normalized_deltas
 from spectool.tools import Tool, as_tool
 from spectool.trace import Trace, TurnStats
 
@@ -90,9 +90,9 @@ class ToolCall:
 class ToolCallAssembler:
     """Folds streamed deltas into ``ToolCall``s; reports calls whose arguments close.
 
-    A delta is anything ``spectool.streams`` accepts (OpenAI / litellm chunks or
+    A delta is anything ``spectool.stream.adapters`` accepts (OpenAI / litellm chunks or
     dicts, Anthropic events, LangChain ``AIMessageChunk``s, Responses API events,
-    text) or an already normalised ``spectool.streams.Delta``.
+    text) or an already normalised ``spectool.stream.adapters.Delta``.
     """
 
     def __init__(self) -> None:
@@ -216,7 +216,7 @@ class FunctionAgent:
     async def run_message(self, deltas: AsyncIterable[Any] | Iterable[Any]) -> MessageResult:
         """Consume one streamed message, then run its tool calls for real.
 
-        ``deltas``: any shape ``spectool.streams`` accepts (sync or async). Raises
+        ``deltas``: any shape ``spectool.stream.adapters`` accepts (sync or async). Raises
         ``spectool.StreamError`` if the stream raises (nothing of the message runs;
         the stream's exception is the ``__cause__``) and ``spectool.StreamShapeError``
         for an item of an unknown shape, as ``Runtime.run`` does; never an

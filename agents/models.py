@@ -23,7 +23,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from spectool.streams import Delta, normalize
+from spectool.stream.adapters import Delta, normalize
 
 __all__ = [
     "Model",
@@ -314,7 +314,7 @@ class ScriptedModel:
         self, messages: list[dict], tools: Sequence[dict] | None = None
     ) -> AsyncIterator[dict]:
         async for delta in self._replay(messages):
-            yield delta  # any shape spectool.streams accepts (str, dicts, SDK chunks)
+            yield delta  # any shape spectool.stream.adapters accepts (str, dicts, chunks)
 
 
 class FunctionSubModel:

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Collection, 
 from typing import Any
 
 import spectool
-from spectool.streams import text_deltas
+from spectool.stream.adapters import text_deltas
 from spectool.tools import Tool
 
 __all__ = ["tools_from_table", "runtime_for", "tee"]
@@ -73,8 +73,8 @@ def runtime_for(
 async def tee(stream: AsyncIterable[Any] | Iterable[Any], sink: list[str]) -> AsyncIterator[str]:
     """Yield the text deltas of ``stream``, appending each to ``sink``.
 
-    ``stream`` may yield any shape ``spectool.streams`` accepts (str, bytes decoded as
-    UTF-8, OpenAI / litellm / Anthropic / LangChain chunks); what comes out is its
+    ``stream`` may yield any shape ``spectool.stream.adapters`` accepts (str, bytes
+    decoded as UTF-8, OpenAI / litellm / Anthropic / LangChain chunks); what comes out is its
     message text as ``str`` deltas, which is also what lands in ``sink``.
     """
     texts = text_deltas(stream)

@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True
-# bubblewrap: the subprocess executor's sandbox (spectool/sandbox.py). Installed when
+# bubblewrap: the subprocess executor's sandbox (spectool/execution/sandbox.py). Installed when
 # missing and we are root with apt-get; otherwise the executor uses its fallback sandbox.
 if ! command -v bwrap >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -16,11 +16,10 @@ runs the tool as the baseline would. See ``Runtime``.
 
 Modules: ``tools`` (decorator), ``speculation`` (the speculation store: its pure
 occurrence ledger, the dispatcher, real calls, admission, capacity, effects,
-observations),
-``executor`` / ``subprocess_executor`` (real executors), ``runtime`` (wiring),
+observations), ``execution`` (real executors and their sandbox), ``runtime`` (wiring),
 ``shadow_host`` (the shadow's drivers, worker pool, protocol and worker process),
-``trace`` (events and stats), ``errors`` (exception tree), and the pure stages
-``segmenter``, ``shadow``, ``keys``.
+``trace`` (events and stats), ``errors`` (exception tree), ``stream`` (stream adapters
+and the pure segmenter), and the pure stages ``shadow``, ``keys``.
 """
 
 from .errors import (
@@ -41,7 +40,7 @@ from .errors import (
 from .runtime import CellResult, Runtime, TurnResult
 from .shadow_host.pool import ShadowPool, ShadowWorkerLimits
 from .speculation import Budget, EntryState
-from .subprocess_executor import Opaque, WorkerLimits
+from .execution.subprocess_executor import Opaque, WorkerLimits
 from .tools import Tool, tool
 from .trace import Event, Trace, TurnStats
 

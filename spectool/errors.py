@@ -118,15 +118,16 @@ class StreamError(SpecToolError):
 
 
 class StreamShapeError(StreamError, TypeError):
-    """A model stream yielded an item of a shape no adapter knows (``spectool.streams``).
+    """A model stream yielded an item of a shape no adapter knows
+    (``spectool.stream.adapters``).
 
     The message names the item's type; nothing of the message ran.
     """
 
 
 class StreamAdapterError(StreamError):
-    """Reading a stream item failed in its adapter (``spectool.streams``), for another
-    reason than its shape: a bug in the adapter, or an item object whose attribute
+    """Reading a stream item failed in its adapter (``spectool.stream.adapters``), for
+    another reason than its shape: a bug in the adapter, or an item object whose attribute
     raised. The model stream itself did not fail; the adapter's exception is the
     ``__cause__``, and nothing of the message ran.
     """

@@ -21,7 +21,7 @@ The bounds, where they are enforced:
   worker thread and keeps ``Limits.max_namespace_items``.
 * ``DELTA_SLICE_CHARS``: a stream delta longer than this is fed to the segmenter in
   slices of this size with a checkpoint between them (``spectool.runtime``).
-* ``spectool.segmenter.MAX_STATEMENT_CHARS`` / ``MAX_PARSED_CHARS``: a statement
+* ``spectool.stream.segmenter.MAX_STATEMENT_CHARS`` / ``MAX_PARSED_CHARS``: a statement
   longer than the first, or past the second in one message, is not parsed on the
   host; the shadow skips the rest of its cell. Baseline parses no statement at all.
 * ``spectool.keys.MAX_KEY_NODES`` / ``MAX_KEY_CHARS``: arguments past these have no
@@ -31,7 +31,7 @@ The bounds, where they are enforced:
   shadow interpreter declines a bulk insertion (``set(xs)``, ``d.update(pairs)``,
   ``a | b``) of such members.
 * ``OFFLOOP_COMPILE_CHARS``: a cell longer than this is compiled in a child process
-  (``spectool.executor``), in baseline as in every mode.
+  (``spectool.execution.inprocess``), in baseline as in every mode.
 * :func:`larger_than` decides, in at most ``LOOP_COPY_ITEMS`` steps, when a walk over a
   value belongs in a worker thread: a deterministic tool's result deep-copied for each
   real call (``spectool.speculation.store``), a result measured against a tool's output cap

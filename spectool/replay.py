@@ -10,36 +10,15 @@ no schedule can beat, hits, wasted executions and whether the turn's output is
 identical to the baseline's; and writes a table, JSON and a timeline PNG.
 
 Safety: the log's cells are untrusted code. They run in the subprocess executor, in
-its sandbox (:mod:`spectool.sandbox`), unless ``executor="inprocess"`` is asked for,
-which runs them as the user (the report then carries a warning). The whole replay has
-a time limit.
+its sandbox (:mod:`spectool.execution.sandbox`), unless ``executor="inprocess"`` is
+asked for, which runs them as the user (the report then carries a warning). The whole
+replay has a time limit.
 
 Harness (``harness=``, :mod:`spectool.harness_presets`): ``"rlm"``, ``"verifiers"`` or
-``"both"`` (default) presets the names that harness's REPL starts with (``context``;
-``extra_data`` and ``answer``) and its sub-call tools: ``llm_query(prompt)``,
-``llm_query_batched(prompts)`` / ``llm_batch(prompts, **kw)`` (batched forms of
-``llm_query``: their elements are speculated one by one), ``FINAL(x)`` and
-``FINAL_VAR(name)`` (never speculated, no effect), plus any ``extra_tools`` names as
-pure tools of one argument. Prompts may be any JSON value (strings, message dicts,
-lists of messages). A sub-call answers ``"[answer <hash of prompt>]"`` (the same in
-every mode).
-
-Latency of a call (:class:`LatencyBook`): the baseline run fixes every call's latency
-once: its calls are matched, in execution order per tool, to the turn's recorded
-calls (a batched call takes one record: one number for each element, or a list with
-one per element); a call beyond the record, and every call of a turn without one,
-takes the latency model ``latency_s + latency_per_ktok * prompt_tokens / 1000`` (4
-characters a token). Every mode then looks each call up by (tool, arguments,
-occurrence), so every mode sees exactly the baseline's latency for the same call;
-nothing recorded is consumed twice. Where the baseline's calls and the record
-disagree (more calls, fewer, other tools), the report warns and counts the calls that
-fell back to the model.
-
-Lower bound (per turn): ``max(T_stream, max_c (t_site(c) + L_c))``: ``T_stream`` is
-the nominal time to stream the turn's text; ``t_site`` is when the first mention of a
-sub-call tool's name (or of a function an earlier turn defined or aliased) had
-streamed; ``L_c`` is the call's latency. Every call starts at the earliest moment any
-runtime could know it, ignoring dependencies; no mode can beat it.
+``"both"`` (default) presets the names that harness's REPL starts with and its
+sub-call tools, simulated by :mod:`spectool.replay_tools` (which also fixes every
+call's latency: :class:`LatencyBook`). The lower bound of a turn:
+:mod:`spectool.replay_bound`; the table, JSON and timeline: :mod:`spectool.replay_report`.
 
 Self-checks (:mod:`spectool.replay_checks`), per turn and per mode, before any figure
 is reported: each call slept its latency, and that latency equals the baseline's for
@@ -53,26 +32,22 @@ runs ``time_scale`` times faster than recorded).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import re
 import time
-from collections import defaultdict, deque
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import anyio
-import pydantic
 
-from .harness_presets import HARNESS_NAMES, HARNESS_TOOLS, harness_namespace
+from .harness_presets import HARNESS_NAMES, harness_namespace
+from .replay_bound import CHARS_PER_TOKEN, n_chunks, stream_time, turn_bound
 from .replay_checks import (ReplayCheckError, check_bound, check_call_counts,
                             check_latencies, occurrences)
-from .replay_log import (BATCHED, ReplayError, RecordedCall, ReplayLog, ReplayTurn,
-                         check_latency, check_rate, load_log, parse_log)
+from .replay_log import (ReplayError, RecordedCall, ReplayLog, ReplayTurn, check_latency,
+                         check_rate, load_log, parse_log)
+from .replay_report import format_table, totals, write_outputs
+from .replay_tools import CallSpan, LatencyBook, Recorder, simulated_tools
 from .runtime import Runtime
-from .tools import tool
 
 __all__ = ["ReplayTurn", "ReplayLog", "RecordedCall", "load_log", "parse_log", "replay",
            "format_table", "write_outputs", "ReplayError", "ReplayCheckError", "MODES",
@@ -80,236 +55,14 @@ __all__ = ["ReplayTurn", "ReplayLog", "RecordedCall", "load_log", "parse_log", "
 
 MODES = ("baseline", "lazy", "spec")
 EXECUTORS = ("subprocess", "inprocess")
-CHARS_PER_TOKEN = 4
-SUB_CALLS = ("llm_query",) + BATCHED
 INPROCESS_WARNING = ("executor 'inprocess': the log's cells ran in this process, as you, "
                      "with your files and network")
 
-Prompt = pydantic.JsonValue
-
-
-# -- latencies ----------------------------------------------------------------------------
-
-
-class LatencyBook:
-    """The latency of every sub-call of one turn, fixed by the baseline, looked up by
-    every other mode (see the module docstring).
-
-    ``begin(mode)`` starts a mode (the baseline first); ``call(tool, key)`` and
-    ``batch(batched_tool, keys)`` give latencies; ``modelled[mode]`` counts the calls
-    that took the latency model; after the baseline, ``beyond_record`` counts its
-    calls the record had no entry for and ``unused_records`` the entries no call took.
-    """
-
-    def __init__(self, recorded: Sequence[RecordedCall] | None,
-                 model: Callable[[str], float]) -> None:
-        self.has_record = recorded is not None
-        self._queues: dict[str, deque[RecordedCall]] = defaultdict(deque)
-        for rec in recorded or ():
-            self._queues[rec.tool].append(rec)
-        self._model = model
-        self._fixed: dict[tuple[str, str, int], float] = {}
-        self._seen: dict[tuple[str, str], int] = {}
-        self.mode: str | None = None
-        self.modelled: dict[str, int] = {}
-        self.beyond_record = 0
-
-    def begin(self, mode: str) -> None:
-        if mode != "baseline" and "baseline" not in self.modelled:
-            raise RuntimeError("the baseline must run first: it fixes the latencies")
-        self.mode = mode
-        self._seen = {}
-        self.modelled[mode] = 0
-
-    @property
-    def unused_records(self) -> int:
-        return sum(len(q) for q in self._queues.values())
-
-    def _occurrence(self, tool_name: str, key: str) -> tuple[str, str, int]:
-        occ = self._seen.get((tool_name, key), 0)
-        self._seen[(tool_name, key)] = occ + 1
-        return (tool_name, key, occ)
-
-    def _lookup_or_model(self, k: tuple[str, str, int]) -> float:
-        if k in self._fixed:
-            return self._fixed[k]
-        assert self.mode is not None
-        self.modelled[self.mode] += 1
-        return self._model(k[1])
-
-    def _fix(self, k: tuple[str, str, int], recorded: float | None) -> float:
-        if recorded is None:
-            if self.has_record:
-                self.beyond_record += 1
-            self.modelled["baseline"] += 1
-            recorded = self._model(k[1])
-        self._fixed[k] = recorded
-        return recorded
-
-    def call(self, tool_name: str, key: str) -> float:
-        """The latency of one call of ``tool_name`` with arguments ``key``."""
-        k = self._occurrence(tool_name, key)
-        if self.mode != "baseline":
-            return self._lookup_or_model(k)
-        queue = self._queues.get(tool_name)
-        # (a list of latencies is a batched call's record: the parser allows it only for
-        # the batched tools, whose records ``batch`` takes)
-        rec = queue.popleft() if queue else None
-        return self._fix(k, None if rec is None else rec.latency_s)  # type: ignore[arg-type]
-
-    def batch(self, batched_tool: str, element_tool: str, keys: Sequence[str]) -> list[float]:
-        """The latencies of a batched call's elements (each an ``element_tool`` call)."""
-        ks = [self._occurrence(element_tool, key) for key in keys]
-        if self.mode != "baseline":
-            return [self._lookup_or_model(k) for k in ks]
-        queue = self._queues.get(batched_tool)
-        rec = queue.popleft() if queue else None
-        if rec is None:
-            per: list[float | None] = [None] * len(ks)
-        elif isinstance(rec.latency_s, float):
-            per = [rec.latency_s] * len(ks)
-        else:
-            given = list(rec.latency_s)
-            per = [given[i] if i < len(given) else None for i in range(len(ks))]
-            self.beyond_record += max(0, len(given) - len(ks))   # elements that never ran
-        return [self._fix(k, lat) for k, lat in zip(ks, per)]
-
-
-@dataclass
-class CallSpan:
-    """One simulated execution: tool, argument key, occurrence-free; latency it was
-    given; wall-clock start and end; whether it ran to its end (not cancelled)."""
-
-    tool: str
-    key: str
-    latency_s: float
-    start: float
-    end: float = 0.0
-    finished: bool = False
-
-
-class _Recorder:
-    def __init__(self, time_scale: float) -> None:
-        self.time_scale = time_scale
-        self.book: LatencyBook | None = None
-        self.spans: list[CallSpan] = []
-
-    async def sleep(self, tool_name: str, key: str, latency: float) -> None:
-        span = CallSpan(tool_name, key, latency, time.perf_counter())
-        self.spans.append(span)
-        try:
-            await anyio.sleep(latency * self.time_scale)
-            span.finished = True
-        finally:
-            span.end = time.perf_counter()
-
-
-def _answer(prompt: Any) -> str:
-    return "[answer " + hashlib.sha256(repr(prompt).encode()).hexdigest()[:8] + "]"
-
-
-def _key(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=repr) if not isinstance(value, str) \
-        else repr(value)
-
-
-def _tools(rec: _Recorder, harness: str, extra: tuple[str, ...]) -> list[Any]:
-    @tool(speculate="pure", name="llm_query")
-    async def llm_query(prompt: Prompt, **kw: Any) -> str:   # kw: llm_batch(prompts, **kw)
-        assert rec.book is not None
-        key = _key(prompt)
-        await rec.sleep("llm_query", key, rec.book.call("llm_query", key))
-        return _answer(prompt)
-
-    def batched(name: str):
-        async def run(prompts: list[Prompt], **kw: Any) -> list[str]:
-            assert rec.book is not None
-            keys = [_key(p) for p in prompts]
-            latencies = rec.book.batch(name, "llm_query", keys)
-            async with anyio.create_task_group() as tg:
-                for key, latency in zip(keys, latencies):
-                    tg.start_soon(rec.sleep, "llm_query", key, latency)
-            return [_answer(p) for p in prompts]
-        run.__name__ = name
-        return tool(speculate="pure", name=name, batched_of="llm_query")(run)
-
-    @tool(name="FINAL")
-    def final(answer: Any = None) -> None:
-        return None
-
-    @tool(name="FINAL_VAR")
-    def final_var(name: Any = None) -> None:
-        return None
-
-    made = {"llm_query": llm_query, "FINAL": final, "FINAL_VAR": final_var}
-    for name in BATCHED:
-        made[name] = batched(name)
-    out = [made[name] for name in HARNESS_TOOLS[harness]]
-    for name in extra:
-        def make(n: str):
-            async def fn(arg: Any = None) -> str:
-                assert rec.book is not None
-                key = _key(arg)
-                await rec.sleep(n, key, rec.book.call(n, key))
-                return _answer((n, arg))
-            return tool(speculate="pure", name=n)(fn)
-        out.append(make(name))
-    return out
-
-
-# -- the lower bound ------------------------------------------------------------------------
-
-
-def _n_chunks(text: str) -> int:
-    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
-
-
-def _stream_time(text: str, rate: float) -> float:
-    """Log seconds until the last chunk of ``text`` is sent (chunk k at k / rate)."""
-    return (_n_chunks(text) - 1) / rate
-
-
-_DEFINED = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)|^[ \t]*(\w+)[ \t]*=[ \t]*"
-                      r"(?:lambda\b|[A-Za-z_]\w*[ \t]*$)", re.M)
-
-
-def _earlier_names(texts: Sequence[str]) -> set[str]:
-    """Functions earlier turns defined or aliased: calling one may call a tool."""
-    names: set[str] = set()
-    for text in texts:
-        for m in _DEFINED.finditer(text):
-            names.add(m.group(1) or m.group(2))
-    return names
-
-
-def _site_time(text: str, names: Sequence[str], rate: float) -> float:
-    """Log seconds until the first mention of one of ``names`` had streamed (0 if none:
-    the call may come from anywhere)."""
-    best = None
-    for name in names:
-        m = re.search(rf"\b{re.escape(name)}\b", text)
-        if m and (best is None or m.end() < best):
-            best = m.end()
-    return 0.0 if best is None else ((best - 1) // CHARS_PER_TOKEN) / rate
-
-
-def turn_bound(text: str, rate: float, calls: Sequence[tuple[str, float]],
-               earlier: Sequence[str] = ()) -> float:
-    """The turn's lower bound (module docstring) for ``calls`` = [(tool, latency)]."""
-    helpers = sorted(_earlier_names(earlier))
-    bound = _stream_time(text, rate)
-    for name, latency in calls:
-        names = (SUB_CALLS if name in SUB_CALLS else (name,)) + tuple(helpers)
-        bound = max(bound, _site_time(text, names, rate) + latency)
-    return bound
-
-
-# -- replay -------------------------------------------------------------------------------------
-
 
 async def _stream(text: str, rate: float, time_scale: float):
+    """``text`` in chunks of ``CHARS_PER_TOKEN`` characters, chunk k at ``k / rate``."""
     t0 = time.perf_counter()
-    for k in range(_n_chunks(text)):
+    for k in range(n_chunks(text)):
         delay = t0 + k / rate * time_scale - time.perf_counter()
         if delay > 0:
             await anyio.sleep(delay)
@@ -329,10 +82,10 @@ async def _warm_up(modes: tuple[str, ...], harness: str, extra_tools: tuple[str,
     (imports, the shadow's start-up) do not land on whichever mode runs first."""
     text = "```repl\nw = llm_query('warm-up')\n```\n"
     for m in modes:
-        rec = _Recorder(1.0)
+        rec = Recorder(1.0)
         rec.book = LatencyBook(None, lambda key: 0.0)
         rec.book.begin("baseline")
-        async with Runtime(_tools(rec, "both", extra_tools), mode=m) as rt:
+        async with Runtime(simulated_tools(rec, "both", extra_tools), mode=m) as rt:
             await rt.run(_stream(text, 1e6, 1.0))
 
 
@@ -374,7 +127,7 @@ async def replay(log: ReplayLog, *, tokens_per_s: float = 50.0, latency_s: float
     it, and :class:`ReplayCheckError` when a self-check fails."""
     modes = _check_settings(tokens_per_s, latency_s, latency_per_ktok, time_scale,
                             time_limit, modes, harness, executor)
-    floor = sum(_stream_time(t.text, t.tokens_per_s or tokens_per_s) for t in log.turns)
+    floor = sum(stream_time(t.text, t.tokens_per_s or tokens_per_s) for t in log.turns)
     if floor * time_scale * len(modes) > time_limit:
         raise ReplayError(f"streaming the log alone takes {floor * time_scale * len(modes):.0f}"
                           f" s in {len(modes)} modes at time_scale {time_scale:g}, past the "
@@ -396,8 +149,8 @@ async def _replay(log: ReplayLog, modes: tuple[str, ...], tokens_per_s: float,
                   time_scale: float, extra_tools: tuple[str, ...], harness: str,
                   executor: str, model: Callable[[str], float], latency_s: float,
                   latency_per_ktok: float) -> dict[str, Any]:
-    recs = {m: _Recorder(time_scale) for m in modes}
-    runtimes = {m: Runtime(_tools(recs[m], harness, extra_tools), mode=m, executor=executor,
+    recs = {m: Recorder(time_scale) for m in modes}
+    runtimes = {m: Runtime(simulated_tools(recs[m], harness, extra_tools), mode=m, executor=executor,
                            namespace=harness_namespace(harness, log.context),
                            languages=("repl", "python", "py"))
                 for m in modes}
@@ -429,13 +182,13 @@ async def _replay(log: ReplayLog, modes: tuple[str, ...], tokens_per_s: float,
             "executor": executor, "sandbox": sandbox,
             "tokens_per_s": tokens_per_s, "latency_s": latency_s,
             "latency_per_ktok": latency_per_ktok, "time_scale": time_scale,
-            "modes": list(modes), "turns": turns, "total": _totals(turns, modes),
+            "modes": list(modes), "turns": turns, "total": totals(turns, modes),
             "latency_fallbacks": fallbacks, "recorded_calls_unused": unused,
             "checks": "passed", "warnings": warnings}
 
 
 async def _replay_turn(index: int, turn: ReplayTurn, log: ReplayLog, modes: tuple[str, ...],
-                       runtimes: dict[str, Runtime], recs: dict[str, _Recorder],
+                       runtimes: dict[str, Runtime], recs: dict[str, Recorder],
                        tokens_per_s: float, time_scale: float,
                        model: Callable[[str], float]) -> dict[str, Any]:
     rate = turn.tokens_per_s or tokens_per_s
@@ -488,100 +241,6 @@ async def _replay_turn(index: int, turn: ReplayTurn, log: ReplayLog, modes: tupl
         row["modes"][m]["speedup"] = (base["wall_s"] / row["modes"][m]["wall_s"]
                                       if row["modes"][m]["wall_s"] > 0 else None)
     return row
-
-
-def _totals(turns: list[dict[str, Any]], modes: tuple[str, ...]) -> dict[str, Any]:
-    total: dict[str, Any] = {"modes": {}}
-    for m in modes:
-        ws = [t["modes"][m] for t in turns]
-        total["modes"][m] = {
-            "wall_s": sum(w["wall_s"] for w in ws), "hits": sum(w["hits"] for w in ws),
-            "executions": sum(w["executions"] for w in ws),
-            "wasted": sum(w["wasted"] for w in ws),
-            "modelled_calls": sum(w["modelled_calls"] for w in ws),
-            "identical": all(w["identical"] for w in ws)}
-    b = total["modes"]["baseline"]["wall_s"]
-    for m in modes:
-        w = total["modes"][m]["wall_s"]
-        total["modes"][m]["speedup"] = b / w if w > 0 else None
-    total["bound_s"] = sum(t["bound_s"] for t in turns)
-    total["bound_speedup"] = b / total["bound_s"] if total["bound_s"] > 0 else None
-    return total
-
-
-# -- output ---------------------------------------------------------------------------------
-
-
-def format_table(report: dict[str, Any]) -> str:
-    modes = report["modes"]
-    lines = [f"spectool replay ({report['format']} log, {report['turns_replayed']} turns, "
-             f"harness {report['harness']}, executor {report['executor']} (sandbox "
-             f"{report['sandbox']}); SIMULATED tools: recorded or modelled latencies, "
-             f"placeholder answers; {report['tokens_per_s']:g} tok/s unless the log says; "
-             f"times in log seconds; self-checks {report['checks']})",
-             "bound = no schedule can beat it (every call starts as soon as its tool is "
-             "first named); wasted = executions beyond the baseline's; same = output "
-             "identical to baseline"]
-    head = f"{'turn':>4}" + "".join(f"{m:>10}" for m in modes) + f"{'bound':>8}" + "".join(
-        f"{m + ' x':>9}" for m in modes[1:]) + f"{'bound x':>9}" + "".join(
-        f"{'hits ' + m:>10}{'waste':>6}" for m in modes[1:]) + f"{'same':>6}"
-    lines += [head, "-" * len(head)]
-
-    def row(label: str, bound: float, bound_x: float | None, per: dict[str, Any]) -> str:
-        text = f"{label:>4}" + "".join(f"{per[m]['wall_s']:>10.2f}" for m in modes)
-        text += f"{bound:>8.2f}" + "".join(f"{per[m]['speedup'] or 0:>9.2f}" for m in modes[1:])
-        text += f"{bound_x or 0:>9.2f}"
-        text += "".join(f"{per[m]['hits']:>10}{per[m]['wasted']:>6}" for m in modes[1:])
-        same = all(per[m]["identical"] for m in modes)
-        return text + f"{'yes' if same else 'NO':>6}"
-
-    for t in report["turns"]:
-        lines.append(row(str(t["turn"]), t["bound_s"], t["bound_speedup"], t["modes"]))
-    tot = report["total"]
-    lines.append("-" * len(head))
-    lines.append(row("all", tot["bound_s"], tot["bound_speedup"], tot["modes"]))
-    lines += [f"warning: {w}" for w in report.get("warnings", ())]
-    return "\n".join(lines)
-
-
-def write_outputs(report: dict[str, Any], out: str | Path) -> list[Path]:
-    """``replay.json``, ``table.txt`` and ``timeline.png`` in ``out``."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "replay.json", out / "table.txt", out / "timeline.png"]
-    paths[0].write_text(json.dumps(report, indent=1))
-    paths[1].write_text(format_table(report) + "\n")
-    _timeline(report, paths[2])
-    return paths
-
-
-def _timeline(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    modes, turns = report["modes"], report["turns"]
-    fig, axes = plt.subplots(len(turns), 1, figsize=(10, 1.2 + 1.1 * len(modes) * len(turns)),
-                             squeeze=False)
-    colours = {"llm_query": "#2ca02c"}
-    for ax, t in zip(axes[:, 0], turns):
-        for y, m in enumerate(modes):
-            r = t["modes"][m]
-            ax.barh(y, r["t_stream_s"], left=0, height=0.8, color="#cccccc")
-            spans = r["spans"]
-            for k, (name, a, b) in enumerate(spans):
-                h = 0.6 / max(1, len(spans))
-                ax.barh(y - 0.3 + h * (k + 0.5), b - a, left=a, height=h,
-                        color=colours.get(name, "#1f77b4"))
-            ax.plot([r["wall_s"]] * 2, [y - 0.45, y + 0.45], color="black", lw=1.5)
-        ax.axvline(t["bound_s"], color="#d62728", ls="--", lw=1)
-        ax.set_yticks(range(len(modes)), modes)
-        ax.set_title(f"turn {t['turn']}: grey = streaming, bars = tool executions, "
-                     f"| = turn end, dashed = bound", fontsize=8)
-    axes[-1, 0].set_xlabel("log seconds (SIMULATED tools)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 def main(argv_args: Any) -> int:

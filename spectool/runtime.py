@@ -39,11 +39,11 @@ import anyio.lowlevel
 from .speculation.admission import Admission
 from .cell_defs import replayable
 from .errors import RuntimeClosedError, StreamAdapterError, StreamError, StreamShapeError
-from .executor import InProcessExecutor
+from .execution.inprocess import InProcessExecutor
 from .host_budget import DELTA_SLICE_CHARS
-from .segmenter import CellClosed, Segmenter, StatementClosed, TailChanged
+from .stream.segmenter import CellClosed, Segmenter, StatementClosed, TailChanged
 from .speculation import Budget, Store
-from .streams import StreamNormalizer
+from .stream.adapters import StreamNormalizer
 from .tools import Tool, as_tool, check_tool_set
 from .trace import Trace, TurnStats
 
@@ -134,7 +134,7 @@ class Runtime:
         if executor == "inprocess":
             self.executor: Any = InProcessExecutor(namespace)
         elif executor == "subprocess":
-            from .subprocess_executor import SubprocessExecutor
+            from .execution.subprocess_executor import SubprocessExecutor
             self.executor = SubprocessExecutor(namespace, limits=worker_limits)
         elif isinstance(executor, str):
             raise ValueError(f"executor must be 'inprocess' or 'subprocess', not {executor!r}")
@@ -198,8 +198,8 @@ class Runtime:
     async def run(self, stream: AsyncIterable[Any] | Iterable[Any]) -> TurnResult:
         """Consume one model message and run its cells; see the module docstring.
 
-        ``stream`` yields text deltas in any shape ``spectool.streams`` accepts (str,
-        bytes, OpenAI / litellm / Anthropic / LangChain chunks); ``None`` and empty
+        ``stream`` yields text deltas in any shape ``spectool.stream.adapters`` accepts
+        (str, bytes, OpenAI / litellm / Anthropic / LangChain chunks); ``None`` and empty
         deltas are skipped, an unknown shape raises ``StreamShapeError``.
         """
         return await self._run(stream)
@@ -337,7 +337,7 @@ class _Turn:
                           stats=self.stats, trace=self.trace, cells=results)
 
     async def _consume(self, stream: Any, segmenter: Any) -> None:
-        # every accepted delta shape (str, bytes, SDK chunks, ...): spectool.streams
+        # every accepted delta shape (str, bytes, SDK chunks, ...): spectool.stream.adapters
         normalizer = StreamNormalizer()
         if not hasattr(stream, "__aiter__"):
             for chunk in stream:
@@ -500,7 +500,7 @@ def _snapshot(variables: dict[str, Any], limits: Limits | None = None) -> Thread
 
 def _bindings(variables: dict[str, Any]) -> dict[str, Any]:
     """The REPL bindings the shadow may read (values a subprocess left opaque excluded)."""
-    from .subprocess_executor import Opaque
+    from .execution.subprocess_executor import Opaque
     return {name: value for name, value in variables.items() if not isinstance(value, Opaque)}
 
 

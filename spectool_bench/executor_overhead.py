@@ -18,9 +18,9 @@ import time
 
 import anyio
 
-from spectool.executor import InProcessExecutor
-from spectool.sandbox import bwrap_usable
-from spectool.subprocess_executor import SubprocessExecutor, WorkerLimits
+from spectool.execution.inprocess import InProcessExecutor
+from spectool.execution.sandbox import bwrap_usable
+from spectool.execution.subprocess_executor import SubprocessExecutor, WorkerLimits
 
 CELLS = {"x = i": "x = {i}\n",
          "1 tool call": "r = q({i})\n",

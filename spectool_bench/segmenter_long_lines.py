@@ -19,8 +19,8 @@ import argparse
 import contextlib
 import time
 
-import spectool.segmenter as segmenter
-from spectool.segmenter import LineLexer, Segmenter
+import spectool.stream.segmenter as segmenter
+from spectool.stream.segmenter import LineLexer, Segmenter
 
 SHAPES = {
     "one line of calls": lambda n: "```repl\nx = [" + "f(1), " * (n // 6) + "]\n```\n",

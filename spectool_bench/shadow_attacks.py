@@ -290,7 +290,7 @@ def _process_run_once(pool, message: str, context: str) -> tuple[float, dict]:
     """shadow_throughput.run_once, with the interpreter in a worker process: every
     statement and tail is a command; launches answered at once like InstantHost."""
     from spectool.shadow_host import protocol as proto
-    from spectool.segmenter import Segmenter, StatementClosed, TailChanged
+    from spectool.stream.segmenter import Segmenter, StatementClosed, TailChanged
     lane = pool.lease()
     worker = lane.worker
     sock = worker.sock

@@ -17,7 +17,7 @@ import argparse
 import os
 import time
 
-from spectool.segmenter import Segmenter, StatementClosed, TailChanged
+from spectool.stream.segmenter import Segmenter, StatementClosed, TailChanged
 from spectool.shadow import Outcome, ShadowInterpreter, ToolInfo, WaitFor
 
 TOOLS = {"llm_query": ToolInfo("llm_query", "pure"),

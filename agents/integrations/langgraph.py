@@ -3,7 +3,7 @@
 Two ways to use it in a graph over ``state["messages"]``:
 
 * ``await node.run_stream(llm.astream(messages))`` inside the model node: it
-  consumes the model's ``AIMessageChunk`` stream (or any shape ``spectool.streams``
+  consumes the model's ``AIMessageChunk`` stream (or any shape ``spectool.stream.adapters``
   accepts) and starts each pure tool the moment its ``args`` JSON closes, while the
   message is still streaming; it returns the assembled ``AIMessage`` and the
   ``ToolMessage``s of its calls (append both to the state). This is where the

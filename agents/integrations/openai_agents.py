@@ -6,7 +6,7 @@ builds those ``FunctionTool``s from plain functions (the SDK's ``function_tool``
 gives each its schema) and replaces their ``on_invoke_tool`` with a claim on a
 ``spectool`` store. ``watch(result.stream_events())`` passes the events of
 ``Runner.run_streamed`` through unchanged and, as a call's streamed arguments close
-(``response.function_call_arguments.delta``, read by ``spectool.streams``), starts
+(``response.function_call_arguments.delta``, read by ``spectool.stream.adapters``), starts
 that call if its tool is pure. When the SDK then invokes the tool, the call claims
 the running (or finished) result; a call that was not started runs as usual.
 Results and errors are the same as without speculation; unclaimed speculations
@@ -36,7 +36,7 @@ from typing import Any
 import anyio
 import spectool
 from spectool.speculation import Store
-from spectool.streams import normalize
+from spectool.stream.adapters import normalize
 from spectool.trace import Trace, TurnStats
 
 from ..function_agent import ToolCallAssembler

@@ -33,7 +33,7 @@ import re
 import time
 from typing import TYPE_CHECKING
 
-from ..segmenter import LineLexer
+from ..stream.segmenter import LineLexer
 from .internals import (
     _Break, _Continue, _PeekDone, _Return, _Uncertain, _UnknownValue, _UserError, _WouldWait,
 )

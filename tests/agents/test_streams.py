@@ -13,7 +13,7 @@ import pytest
 import spectool
 from stream_shapes import CALL_SHAPES, CALLS, TEXT_SHAPES, langchain_chunks
 
-from spectool.streams import StreamNormalizer, normalize
+from spectool.stream.adapters import StreamNormalizer, normalize
 from spectool_agents import FunctionAgent, ReplAgent, ScriptedModel, tools_from_table
 
 pytestmark = pytest.mark.anyio

@@ -5,7 +5,7 @@ tool proxies back into the event loop, per-cell print capture, errors as outcome
 import anyio
 import pytest
 
-from spectool.executor import InProcessExecutor, user_variables
+from spectool.execution.inprocess import InProcessExecutor, user_variables
 
 
 def recorder(results=None):

@@ -21,11 +21,11 @@ import anyio
 import pytest
 
 import spectool
-import spectool.sandbox
-import spectool.subprocess_executor as sx
-from spectool.safe_unpickle import UnsafePickleError, safe_loads
-from spectool.sandbox import _bwrap_problem, bwrap_usable
-from spectool.subprocess_executor import Opaque, SubprocessExecutor, WorkerLimits
+import spectool.execution.sandbox
+import spectool.execution.subprocess_executor as sx
+from spectool.execution.safe_unpickle import UnsafePickleError, safe_loads
+from spectool.execution.sandbox import _bwrap_problem, bwrap_usable
+from spectool.execution.subprocess_executor import Opaque, SubprocessExecutor, WorkerLimits
 
 needs_bwrap = pytest.mark.skipif(not bwrap_usable(),
                                  reason=f"bubblewrap not usable here: {_bwrap_problem()}")
@@ -295,7 +295,7 @@ def accounting(request, monkeypatch):
     """Both ways of counting the tree's CPU: the cgroup's counter (root host), or the
     processes themselves (no cgroup)."""
     if request.param == "processes":
-        monkeypatch.setattr(spectool.sandbox, "_make_cgroups", lambda *a: None)
+        monkeypatch.setattr(spectool.execution.sandbox, "_make_cgroups", lambda *a: None)
     elif os.geteuid() != 0:
         pytest.skip("cgroups are used only when the host runs as root")
     return request.param
@@ -320,9 +320,10 @@ async def test_cpu_of_unreaped_children_counts_against_the_limit(anyio_backend, 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_negative_control_counting_live_processes_only_misses_zombies(anyio_backend,
                                                                             monkeypatch):
-    monkeypatch.setattr(spectool.sandbox, "_make_cgroups", lambda *a: None)
-    monkeypatch.setattr(spectool.sandbox.SandboxPlan, "cpu_seconds", lambda self, root: sum(
-        spectool.sandbox._cpu_seconds(pid) for pid in self.processes(root)))
+    monkeypatch.setattr(spectool.execution.sandbox, "_make_cgroups", lambda *a: None)
+    monkeypatch.setattr(spectool.execution.sandbox.SandboxPlan, "cpu_seconds",
+                        lambda self, root: sum(spectool.execution.sandbox._cpu_seconds(pid)
+                                               for pid in self.processes(root)))
     ex = SubprocessExecutor(limits=WorkerLimits(sandbox="fallback", cpu_seconds_per_cell=0.5))
     try:
         with anyio.fail_after(60):
@@ -333,10 +334,12 @@ async def test_negative_control_counting_live_processes_only_misses_zombies(anyi
 
 
 # -------------------------------------------------------------- what is mounted
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(sx._WORKER)))
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(sx._WORKER)))   # spectool/
+CHECKOUT = os.path.dirname(PACKAGE)
 LOOK = (f"import os\ngit = os.path.exists({os.path.join(CHECKOUT, '.git')!r})\n"
         f"tests = os.path.exists({os.path.join(CHECKOUT, 'tests')!r})\n"
-        f"package = os.path.exists({sx._WORKER!r})\n")
+        f"package = os.path.exists({sx._WORKER!r})\n"
+        f"errors = os.path.exists({os.path.join(PACKAGE, 'errors.py')!r})\n")
 
 
 @needs_bwrap
@@ -350,6 +353,7 @@ async def test_bwrap_cell_sees_the_package_but_not_the_checkout(anyio_backend):
         assert out.error is None
         v = ex.variables()
         assert v["package"] is True and v["git"] is False and v["tests"] is False
+        assert v["errors"] is True      # the whole spectool/ folder, not only execution/
     finally:
         await ex.aclose()
 
@@ -358,8 +362,8 @@ async def test_bwrap_cell_sees_the_package_but_not_the_checkout(anyio_backend):
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_negative_control_binding_the_checkout_exposes_git(anyio_backend, monkeypatch):
-    real = spectool.sandbox._python_paths
-    monkeypatch.setattr(spectool.sandbox, "_python_paths",
+    real = spectool.execution.sandbox._python_paths
+    monkeypatch.setattr(spectool.execution.sandbox, "_python_paths",
                         lambda python, worker: sorted({*real(python, worker), CHECKOUT}))
     ex = SubprocessExecutor(limits=WorkerLimits(sandbox="bwrap"))
     try:

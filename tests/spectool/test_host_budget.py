@@ -18,14 +18,14 @@ import anyio
 import pytest
 
 import spectool
-import spectool._compile as compile_mod
+import spectool.execution._compile as compile_mod
 import spectool.keys as keys
 import spectool.runtime as runtime_mod
-import spectool.segmenter as segmenter_mod
-from spectool._compile import compile_cell
+import spectool.stream.segmenter as segmenter_mod
+from spectool.execution._compile import compile_cell
 from spectool.shadow_host.process_driver import plain_outcome
 from spectool.host_budget import DELTA_SLICE_CHARS, LOOP_COPY_ITEMS
-from spectool.segmenter import Segmenter, StatementClosed, TailChanged
+from spectool.stream.segmenter import Segmenter, StatementClosed, TailChanged
 from spectool.shadow import hash_guard
 from spectool.shadow.copying import PlainCopier
 from spectool.shadow.values import Unknown
@@ -495,7 +495,7 @@ async def test_a_statement_too_long_to_parse_is_traced_and_spec_equals_baseline(
 # -- compiling a huge cell ------------------------------------------------------------
 
 def spy_compile(monkeypatch) -> list:
-    """Records every in-process compile ``spectool._compile`` makes (through the
+    """Records every in-process compile ``spectool.execution._compile`` makes (through the
     guarded ``_parse.compile_code``)."""
     calls: list = []
     original = compile_mod.compile_code

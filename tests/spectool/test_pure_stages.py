@@ -6,7 +6,8 @@ import pathlib
 import spectool
 
 ROOT = pathlib.Path(spectool.__file__).parent
-PURE = [ROOT / "segmenter.py", ROOT / "keys.py", *sorted((ROOT / "shadow").glob("*.py"))]
+PURE = [ROOT / "stream" / "segmenter.py", ROOT / "keys.py",
+        *sorted((ROOT / "shadow").glob("*.py"))]
 FORBIDDEN = {"anyio", "asyncio", "trio", "threading", "concurrent", "multiprocessing", "socket",
              "subprocess", "os", "io", "pathlib", "shutil", "signal", "select", "selectors",
              "litellm", "httpx", "requests", "urllib", "ctypes", "pickle", "marshal", "importlib"}

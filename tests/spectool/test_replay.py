@@ -13,8 +13,10 @@ import pytest
 import spectool.replay as replay_mod
 from spectool import cli
 from spectool.replay import (LatencyBook, RecordedCall, ReplayCheckError, ReplayError,
-                             load_log, parse_log, replay, turn_bound)
+                             load_log, parse_log, replay)
+from spectool.replay_bound import turn_bound
 from spectool.replay_checks import check_bound, check_call_counts, check_latencies, occurrences
+from spectool.replay_tools import CallSpan, Recorder
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rlm_agent_log.json"
 FAST = dict(tokens_per_s=400, time_scale=0.02)
@@ -224,12 +226,12 @@ async def test_negative_control_counters_carried_across_modes_are_refused(anyio_
 async def test_negative_control_a_call_that_does_not_sleep_its_latency_is_refused(
         anyio_backend, monkeypatch):
     async def short(self, tool_name, key, latency):   # spec's calls skip their sleep
-        span = replay_mod.CallSpan(tool_name, key, latency, time.perf_counter())
+        span = CallSpan(tool_name, key, latency, time.perf_counter())
         self.spans.append(span)
         await anyio.sleep(0 if self.book.mode == "spec" else latency * self.time_scale)
         span.finished, span.end = True, time.perf_counter()
 
-    monkeypatch.setattr(replay_mod._Recorder, "sleep", short)
+    monkeypatch.setattr(Recorder, "sleep", short)
     with pytest.raises(ReplayCheckError, match="spec: llm_query.* slept"):
         await replay(parse_log(own_log(batch_turn(1.0))), **FAST)
 

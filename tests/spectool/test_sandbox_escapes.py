@@ -19,10 +19,10 @@ import anyio
 import pytest
 
 import spectool
-import spectool.sandbox
-import spectool.subprocess_executor as sx
-from spectool.sandbox import bwrap_usable, _bwrap_problem
-from spectool.subprocess_executor import Opaque, SubprocessExecutor, WorkerLimits
+import spectool.execution.sandbox
+import spectool.execution.subprocess_executor as sx
+from spectool.execution.sandbox import bwrap_usable, _bwrap_problem
+from spectool.execution.subprocess_executor import Opaque, SubprocessExecutor, WorkerLimits
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
@@ -49,7 +49,7 @@ async def run(source: str, **limits):
 
 
 def _cgroup_memory(mode: str) -> bool:
-    from spectool.sandbox import plan_sandbox
+    from spectool.execution.sandbox import plan_sandbox
     plan = plan_sandbox(mode, memory_bytes=1 << 28, max_processes=1, scratch_bytes=1 << 20,
                         python="/usr/bin/python3", worker=sx._WORKER)
     try:
@@ -151,7 +151,7 @@ for pid in alive:
 def bounds(request, monkeypatch):
     """Both ways of bounding the cell: a cgroup (root host), or rlimits without one."""
     if request.param == "rlimits":
-        monkeypatch.setattr(spectool.sandbox, "_make_cgroups", lambda *a: None)
+        monkeypatch.setattr(spectool.execution.sandbox, "_make_cgroups", lambda *a: None)
     elif not ROOT:
         pytest.skip("cgroups are used only when the host runs as root")
     return request.param
@@ -238,8 +238,8 @@ async def test_fallback_finds_a_detached_child_without_cgroup_or_uid(anyio_backe
                                                                       monkeypatch):
     # what a non-root host can see: no cgroup, no uid of the worker's own (the uid
     # drop still happens here, as root, but the sweep may not use it)
-    monkeypatch.setattr(spectool.sandbox, "_make_cgroups", lambda *a: None)
-    plan_sandbox = spectool.sandbox.plan_sandbox
+    monkeypatch.setattr(spectool.execution.sandbox, "_make_cgroups", lambda *a: None)
+    plan_sandbox = spectool.execution.sandbox.plan_sandbox
 
     def without_uid_sweep(*args, **kwargs):
         plan = plan_sandbox(*args, **kwargs)
@@ -312,7 +312,7 @@ async def test_worker_thread_does_not_run_between_turns(anyio_backend, mode):
 
 HOST_SCRIPT = """
 import anyio, sys
-from spectool.subprocess_executor import SubprocessExecutor, WorkerLimits
+from spectool.execution.subprocess_executor import SubprocessExecutor, WorkerLimits
 async def tool(name, args, kwargs):
     print("ready", flush=True)
     await anyio.sleep_forever()
@@ -490,7 +490,7 @@ async def test_output_cap_holds_at_the_fd_level(anyio_backend, mode, capfd):
 
 
 async def test_negative_control_inprocess_stdout_write_bypasses_the_cap(anyio_backend, capfd):
-    from spectool.executor import InProcessExecutor
+    from spectool.execution.inprocess import InProcessExecutor
     ex = InProcessExecutor(max_stdout_chars=100)
     out = await ex.run_cell("import sys\nsys.stdout.write('x' * 5000)\n", [], no_tools)
     assert out.stdout == "" and "x" * 5000 in capfd.readouterr().out

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spectool.segmenter import (
+from spectool.stream.segmenter import (
     CellClosed, CellOpened, LineLexer, Segmenter, StatementClosed, TailChanged,
 )
 
@@ -209,7 +209,7 @@ def test_work_is_linear_in_length_for_long_cells_and_very_long_lines(shape):
 def test_work_counter_catches_a_quadratic_tail_report(monkeypatch):
     """Negative control: with the long-tail throttle off (every change reported in
     full), the counter shows the quadratic growth on one long line."""
-    import spectool.segmenter as segmenter
+    import spectool.stream.segmenter as segmenter
     monkeypatch.setattr(segmenter, "TAIL_EAGER_CHARS", 10 ** 12)
     per_char = [work(long_call_line(n)) / len(long_call_line(n)) for n in (40_000, 160_000)]
     assert per_char[1] > per_char[0] * 3

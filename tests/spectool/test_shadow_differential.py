@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shadow_driver import shadow
-from spectool.segmenter import Segmenter, StatementClosed
+from spectool.stream.segmenter import Segmenter, StatementClosed
 from spectool.shadow import is_opaque
 
 names = st.sampled_from(["a", "b", "c"])

@@ -433,7 +433,7 @@ def random_programs(seed: int, count: int):
 def stale_programs(programs) -> list:
     """The programs whose shadow launched or bet (tail peeks before each statement)
     on a call their real run never made."""
-    from spectool.segmenter import Segmenter, StatementClosed
+    from spectool.stream.segmenter import Segmenter, StatementClosed
     found = []
     for source, real in programs:
         seg = Segmenter()
@@ -517,7 +517,7 @@ def real_calls_in_process(source: str, hash_seed: int) -> list[tuple]:
 
 
 def seeded_stale_bets() -> list:
-    from spectool.segmenter import Segmenter, StatementClosed
+    from spectool.stream.segmenter import Segmenter, StatementClosed
     seg = Segmenter()
     events = seg.feed("```repl\n" + SEEDED_PROGRAM + "```\n") + seg.close()
     bets = shadow_bets([e.source for e in events if isinstance(e, StatementClosed)], {})

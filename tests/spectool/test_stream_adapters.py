@@ -13,9 +13,9 @@ import re
 import pytest
 
 import spectool
-from spectool import streams
+from spectool.stream import adapters
 from spectool.errors import StreamAdapterError, StreamShapeError
-from spectool.streams import normalize
+from spectool.stream.adapters import normalize
 from spectool_agents import FunctionAgent
 from spectool_agents.models import LiteLLMModel
 
@@ -163,7 +163,7 @@ async def test_a_bug_inside_an_adapter_is_an_adapter_error(anyio_backend, monkey
     def broken(delta, where):
         raise KeyError("adapter bug")
 
-    monkeypatch.setattr(streams, "_openai_delta", broken)
+    monkeypatch.setattr(adapters, "_openai_delta", broken)
     runtime = spectool.Runtime(tools=[], mode="spec")
     with pytest.raises(StreamAdapterError) as exc:
         await runtime.run([_chunk({"content": "```repl\nx = 1\n```\n"})])

@@ -8,7 +8,8 @@ import anyio
 import pytest
 
 import spectool
-from spectool.subprocess_executor import Opaque, SubprocessExecutor, WorkerLimits, safe_loads
+from spectool.execution.subprocess_executor import (Opaque, SubprocessExecutor, WorkerLimits,
+                                                    safe_loads)
 
 
 class Boom(Exception):
@@ -206,8 +207,8 @@ def test_safe_loads_keeps_plain_values():
 
 
 def test_frames_out_of_step_are_refused():
-    from spectool import _worker as wire
-    from spectool.subprocess_executor import _Violation
+    from spectool.execution import worker as wire
+    from spectool.execution.subprocess_executor import _Violation
     ex = SubprocessExecutor()
     ex._key, ex._nonce, ex._seq_in = b"k" * 32, b"n" * 16, 5
     good = wire.frame(ex._key, 5, ex._nonce, b"data")
@@ -248,12 +249,12 @@ def test_a_checkout_under_tmp_stays_readable_but_tmp_itself_stays_private(tmp_pa
     """CI may clone the project under /tmp: its venv and spectool must be bound read-only
     over the cell's private tmpfs /tmp (bwrap applies binds after the tmpfs), while /tmp
     itself is never bound from the host."""
-    from spectool.sandbox import _readable_paths
+    from spectool.execution.sandbox import _readable_paths
     bin_dir = tmp_path / "venv" / "bin"
     bin_dir.mkdir(parents=True)
     python = bin_dir / "python"
     python.write_text("")
-    worker = tmp_path / "checkout" / "spectool" / "_worker.py"
+    worker = tmp_path / "checkout" / "spectool" / "execution" / "worker.py"
     worker.parent.mkdir(parents=True)
     worker.write_text("")
     paths = _readable_paths(str(python), str(worker))

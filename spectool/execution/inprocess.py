@@ -2,8 +2,8 @@
 
 **Not isolated**: cell code runs with real ``exec`` in this process, in a persistent
 namespace, with the full power of Python (files, imports, threads), exactly like a
-plain REPL. Use :mod:`spectool.subprocess_executor` for a separate process with
-resource limits.
+plain REPL. Use :mod:`spectool.execution.subprocess_executor` for a separate process
+with resource limits.
 
 A cell runs in a worker thread (``anyio.to_thread.run_sync``) so the event loop keeps
 serving speculations and the stream. Each tool name in the namespace is a sync proxy
@@ -13,9 +13,9 @@ speculation store. ``print`` is captured per cell by a ``print`` injected into t
 namespace's ``__builtins__`` (the process-wide ``sys.stdout`` is never redirected, so
 ``sys.stdout.write`` in a cell goes to the real stdout). A cell that does not parse
 runs nothing; its error is the ``SyntaxError``. A large cell is compiled in a child
-process (``spectool._compile``: one long ``compile`` call would hold the GIL, and so
-the loop, throughout). Any exception the cell raises becomes
-the outcome's ``error``.
+process (``spectool.execution._compile``: one long ``compile`` call would hold the
+GIL, and so the loop, throughout). Any exception the cell raises becomes the outcome's
+``error``.
 
 Cancellation: :class:`CellCancelled` (a ``BaseException`` that ``except Exception``
 does not catch) is raised asynchronously in the cell's thread, its next tool call or
@@ -40,7 +40,7 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from ._compile import compile_cell
-from ._threads import run_in_worker
+from .._threads import run_in_worker
 
 __all__ = ["CellOutcome", "CellCancelled", "InProcessExecutor", "ToolCaller", "user_variables"]
 

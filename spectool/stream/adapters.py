@@ -41,7 +41,7 @@ from typing import Any
 
 import anyio.lowlevel
 
-from .errors import StreamAdapterError, StreamShapeError
+from ..errors import StreamAdapterError, StreamShapeError
 
 __all__ = ["Delta", "ToolCallDelta", "StreamNormalizer", "normalize", "deltas", "text_deltas"]
 

@@ -28,8 +28,8 @@ from types import CodeType
 
 import anyio
 
-from ._parse import compile_code
-from .host_budget import OFFLOOP_COMPILE_CHARS
+from .._parse import compile_code
+from ..host_budget import OFFLOOP_COMPILE_CHARS
 
 __all__ = ["compile_cell", "FLAGS"]
 

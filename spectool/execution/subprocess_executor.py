@@ -1,15 +1,15 @@
 """The subprocess real executor: cells run in a separate, sandboxed Python process.
 
-Same interface as :class:`spectool.executor.InProcessExecutor`. The worker
-(:mod:`spectool._worker`, standard library only, started with ``python -I``) keeps the
-persistent namespace; each tool call in a cell travels back over the channel to the
-runtime, so it still claims or calls through the speculation store.
+Same interface as :class:`spectool.execution.inprocess.InProcessExecutor`. The worker
+(:mod:`spectool.execution.worker`, standard library only, started with ``python -I``)
+keeps the persistent namespace; each tool call in a cell travels back over the channel
+to the runtime, so it still claims or calls through the speculation store.
 
-Confinement (:mod:`spectool.sandbox`, ``WorkerLimits.sandbox``): a bubblewrap cell when
-``bwrap`` works here, else the documented fallback (uid drop, environment allow-list,
-own session, per-turn kill), or ``"none"``. Limits: memory (a cgroup for the worker
-and its children together when the host is root, else ``RLIMIT_AS`` per process and
-``RLIMIT_NPROC``), CPU seconds per cell (polled by the host over all the cell's
+Confinement (:mod:`spectool.execution.sandbox`, ``WorkerLimits.sandbox``): a bubblewrap
+cell when ``bwrap`` works here, else the documented fallback (uid drop, environment
+allow-list, own session, per-turn kill), or ``"none"``. Limits: memory (a cgroup for
+the worker and its children together when the host is root, else ``RLIMIT_AS`` per
+process and ``RLIMIT_NPROC``), CPU seconds per cell (polled by the host over all the cell's
 processes; the cell cannot raise it), processes, output (captured at the
 file-descriptor level and capped by the host), message size. At the end of every cell
 every other process of the sandbox is killed and the worker is stopped (``SIGSTOP``)
@@ -19,7 +19,7 @@ Whatever the mode, what crosses back is checked: frames carry a sequence number,
 turn's nonce and HMACs, one over the header alone, checked with the declared length
 before the payload is read, and one over the payload, computed as it arrives (a
 forged or out-of-step frame stops the worker with :class:`WorkerProtocolError`), and
-values are rebuilt by :func:`spectool.safe_unpickle.safe_loads` (allow-listed
+values are rebuilt by :func:`spectool.execution.safe_unpickle.safe_loads` (allow-listed
 constructors, bounds checked while loading, dicts and sets built only after the
 checks), in a worker thread when the payload is large, so a hostile cell can neither
 make the runtime execute code, nor make it build a huge object, nor stall its event
@@ -54,9 +54,9 @@ import anyio.to_thread
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from . import _worker as wire
-from .errors import RemoteCellError, WorkerCrashedError
-from .executor import CellOutcome, ToolCaller
+from . import worker as wire
+from ..errors import RemoteCellError, WorkerCrashedError
+from .inprocess import CellOutcome, ToolCaller
 from .safe_unpickle import safe_loads
 from .sandbox import SANDBOX_MODES, SandboxPlan, plan_sandbox
 
@@ -83,7 +83,7 @@ class WorkerLimits:
     max_stdout_chars: the cell's captured output (fds 1 and 2) is cut there.
     scratch_bytes: size of the bwrap cell's ``/tmp``.
     sandbox: ``"auto"`` (bwrap if usable, else fallback), ``"bwrap"``, ``"fallback"``,
-    ``"none"`` (see :mod:`spectool.sandbox`).
+    ``"none"`` (see :mod:`spectool.execution.sandbox`).
     """
 
     memory_bytes: int | None = 2 << 30

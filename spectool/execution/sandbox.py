@@ -57,7 +57,7 @@ Common to ``bwrap`` and ``fallback``:
   runs in the worker's process: on a non-root fallback a determined daemon escapes).
   The worker itself is then stopped (``SIGSTOP``) until the next cell.
 
-Everything here runs on the host; :mod:`spectool._worker` applies the launch plan
+Everything here runs on the host; :mod:`spectool.execution.worker` applies the launch plan
 (cgroup join, rlimits, uid drop, ``exec`` of bwrap) before any cell code runs.
 """
 
@@ -270,7 +270,9 @@ def _python_paths(python: str, worker: str) -> list[str]:
     """The interpreter's prefixes and site-packages, and spectool's package folder
     (only the package: not the checkout around it, with its ``.git``, tests, data)."""
     import site
-    package = os.path.dirname(os.path.abspath(worker))                # spectool/
+    # the worker is spectool/execution/worker.py; the whole spectool/ folder is bound
+    # (the worker imports spectool.errors when it can)
+    package = os.path.dirname(os.path.dirname(os.path.abspath(worker)))
     wanted = [sys.prefix, sys.base_prefix, sys.exec_prefix, package,
               os.path.dirname(os.path.dirname(os.path.realpath(python))),
               os.path.dirname(python)]

@@ -1,11 +1,12 @@
 """The subprocess worker: runs cells in a persistent namespace in its own process.
 
-Started by :mod:`spectool.subprocess_executor` as ``python -I <this file> [--launch
-<plan>]``; imports only the standard library (and ``spectool.errors`` when it can, so
-tool errors pickle back as themselves).
+Started by :mod:`spectool.execution.subprocess_executor` as ``python -I <this file>
+[--launch <plan>]`` (a script, not ``-m``: no package is imported to start it); imports
+only the standard library (and ``spectool.errors`` when it can, so tool errors pickle
+back as themselves).
 
-**Launch** (``--launch``, see :mod:`spectool.sandbox`): before any cell code exists
-in the process, join the cgroups, set ``RLIMIT_AS``/``RLIMIT_NPROC``/``RLIMIT_CORE``,
+**Launch** (``--launch``, see :mod:`spectool.execution.sandbox`): before any cell code
+exists in the process, join the cgroups, set ``RLIMIT_AS``/``RLIMIT_NPROC``/``RLIMIT_CORE``,
 drop to the plan's uid with no supplementary groups, and either ``exec`` bubblewrap
 (which starts this file again inside the cell) or go on as the worker in the
 fallback scratch dir. Paths a dropped uid cannot traverse (an interpreter under

@@ -41,7 +41,7 @@ import ast
 import codecs
 import re
 from dataclasses import dataclass, field
-from ._parse import parse as parse_ast
+from .._parse import parse as parse_ast
 
 __all__ = [
     "Segmenter",
