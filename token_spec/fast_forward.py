@@ -18,7 +18,9 @@ How the invariance is kept (each point is tested bitwise in
   through oneDNN, which needs 2 rows, where MKL's GEMM needs 4: it takes GEMV / small-M
   paths below that, see ``Dense``), or always ``PAD_WIDTH`` with
   ``pad_mode="full"``. Dummy rows' results are dropped.
-* Attention: where the CPU's batched matmuls are not row-invariant (probed once per
+* Attention (the Python loop; the compiled loop's attention kernel computes each query
+  row alone over its visible keys, see ``token_spec.native_layers``): where the CPU's
+  batched matmuls are not row-invariant (probed once per
   thread count by ``attention_row_invariant``; on this project's AMD EPYC they are, at
   1 and 2 threads), the queries of a short pass are padded to ``PAD_WIDTH`` rows, so
   every pass runs its attention matmuls at one shape. Each query row's softmax and value sum
@@ -127,10 +129,13 @@ class FastLlama:
     True (always pad) or False (never).
     linears: per layer (qkv, o, gate_up, down) callables replacing the dense GEMMs (e.g.
     Q4_1 or int8 weights); head: a callable replacing the dense LM head GEMM.
-    native: run the layer loop in C++ (``token_spec.native_layers``: the same ATen ops in
-    the same order, so bitwise the same results with less per-op overhead). "auto" (the
-    default) = where the extension builds, else the Python loop; True = required; False
-    = the Python loop. ``self.native`` says which runs (eager attention only).
+    native: run the layer loop in C++ (``token_spec.native_layers``: fused row kernels
+    between the GEMMs, each row computed alone, so row-invariant by construction; its
+    attention reads each row's visible keys only, no mask or query padding). Its logits
+    differ from the Python loop's ATen ops within a small tolerance, not bitwise; each
+    loop is exact on its own. "auto" (the default) = where the extension builds, else the
+    Python loop; True = required; False = the Python loop. ``self.native`` says which
+    runs (eager attention only).
     """
 
     def __init__(self, hf_model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16, *,

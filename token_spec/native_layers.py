@@ -1,26 +1,46 @@
-"""The lean forward's decoder-layer loop, compiled: the same ATen ops, called from C++.
+"""The lean forward's decoder-layer loop, compiled, with fused row kernels.
 
-At SmolLM2-135M's size a decode step on one CPU thread is mostly dispatch: ~40 small
-PyTorch ops per layer (norms, RoPE, cache writes, attention, residuals) x 30 layers, each
-paying Python's per-op overhead, against only four GEMMs per layer that do real work
+At SmolLM2-135M's size a decode step on one CPU thread is mostly fixed costs: ~40 small
+ATen ops per layer (norms, RoPE, cache writes, attention, residuals) x 30 layers, each
+paying its allocation and set-up, against only four GEMMs per layer that do real work
 (docs/token-tier-benchmark.md, "Where the time of one step goes"). ``run_layers`` runs
-the whole layer loop in one C++ call. It issues **the same ATen ops, with the same
-arguments, in the same order** as ``FastLlama.forward``'s Python loop, so its results are
-bitwise those of the Python loop (``tests/token_spec/test_native_layers.py`` compares
-them bitwise at every width, KV length and weight kind, with a perturbed-epsilon
-negative control), and batch invariance, a property of the kernels, carries over
-unchanged. The four GEMMs per layer stay Python callables (dense, oneDNN, Q4_1 or int8:
-``Dense``, ``Int4Linear``, ``Int8Linear``): where one names its kernel (its ``native``
-attribute), C++ calls that ATen op directly with the same arguments, otherwise it calls
-the object back. ``run_layers_packed`` is the same loop for the
-server's packed pass (``token_spec.packed``): several sequences share the GEMMs, and each
-writes its own cache and attends alone, as in a one-sequence pass at its own width.
+the whole layer loop in one C++ call, and between the GEMMs it runs five hand-written
+kernels instead of the ATen op chains: residual add + RMSNorm, RoPE with the K/V cache
+writes, causal attention, SiLU * up (and RMSNorm alone for the first layer).
+
+Exactness (the contract: every row of a pass is bit for bit the row a one-token pass
+gives) is kept by construction: each kernel computes **each row alone**, by the same
+code in the same order whatever the number of rows in the call; a reduction runs in
+fixed blocks of L lanes summed in one fixed order. Attention reads, for a query row at
+position p, exactly the cached keys 0..p (no mask, no key padding, no query padding), so
+neither the pass's width nor the cache's length can reach a row's result. Products and
+sums are plain IEEE operations (``-ffp-contract=off``; the attention's dot products are
+explicit fused multiply-adds), so the vector width and the blocking change no bit.
+``tests/token_spec/test_fused_kernels.py`` checks each kernel's row invariance bitwise
+(with a negative control) and its closeness to the ATen ops it replaces; RoPE and the
+residual add keep ATen's roundings and match them bitwise. The kernels reduce in
+another order than ATen's, so this loop's logits differ slightly from the ATen loop's
+(``FastLlama(native=False)``, the fallback), within a tolerance
+(``tests/token_spec/test_native_layers.py``); within one engine either loop is exact.
+``mirror`` runs the same kernels one call at a time from Python: the reference the C++
+loop is compared with bitwise.
+
+The four GEMMs per layer stay Python callables (dense, oneDNN, Q4_1 or int8: ``Dense``,
+``Int4Linear``, ``Int8Linear``): where one names its kernel (its ``native`` attribute),
+C++ calls that ATen op directly with the same arguments, otherwise it calls the object
+back. Padded rows (a short pass padded to the GEMMs' row-invariant width) run the GEMMs
+and norms only: they attend to nothing and write no cache. ``run_layers_packed`` is the
+same loop for the server's packed pass (``token_spec.packed``): several sequences share
+the GEMMs, and each row attends over its own sequence's cache.
 
 The extension is compiled on first use with ``torch.utils.cpp_extension.load_inline``
-(g++ and ninja; ~20 s on this project's 2 cores, then cached under
-``~/.cache/torch_extensions``; ``scripts/setup.sh`` builds it once).
-``available()`` says whether it built; where it cannot (no compiler), ``FastLlama`` keeps
-the Python loop and says so (``FastLlama.native``).
+(g++ and ninja, ``-O3 -march=native``; ~1-2 min on this project's 2 cores, then cached
+under ``~/.cache/torch_extensions`` under a name that hashes the source, the flags, the
+CPU's model and flags, and the torch install, so a build is never loaded on another
+kind of CPU and two virtual environments never rebuild each other's;
+``scripts/setup.sh`` builds it once). ``available()`` says whether it built; where it
+cannot (no compiler), ``FastLlama`` keeps the Python loop and says so
+(``FastLlama.native``).
 """
 
 from __future__ import annotations
@@ -32,7 +52,7 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["available", "load", "build_error"]
+__all__ = ["available", "load", "build_error", "mirror"]
 
 _SOURCE = r"""
 #include <torch/extension.h>
@@ -484,10 +504,14 @@ def load():
             os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
         if shutil.which("ninja") is None or shutil.which(os.environ.get("CXX", "c++")) is None:
             raise RuntimeError("needs ninja and a C++ compiler on PATH")
-        # named by a hash of the source, the flags and the CPU: a changed loop never loads a
-        # stale build, checkouts with different sources never overwrite each other's cached
+        # named by a hash of the source, the flags, the CPU and the torch install: a changed
+        # loop never loads a stale build, checkouts with different sources (or virtual
+        # environments: the build's include paths) never overwrite each other's cached
         # build, and a build for one CPU (-march=native) is never loaded on another
-        key = hashlib.sha1("\0".join([_SOURCE, *_FLAGS, _machine()]).encode()).hexdigest()[:12]
+        import torch
+
+        parts = [_SOURCE, *_FLAGS, _machine(), os.path.dirname(torch.__file__), torch.__version__]
+        key = hashlib.sha1("\0".join(parts).encode()).hexdigest()[:12]
         return cpp_extension.load_inline(
             name="token_spec_native_layers_" + key,
             cpp_sources=[_SOURCE],

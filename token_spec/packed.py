@@ -13,7 +13,9 @@ alone, batched, and at any draft length):
   layer (and the LM head), padded to the forward's row-invariant width
   (``FastLlama.gemm_width``) and never wider than ``PAD_WIDTH`` (16) rows, the widths
   whose rows the forward probes bit-identical; more rows than that go in further
-  passes. Each segment then writes its own KV cache and attends alone, with its
+  passes. Each segment then writes its own KV cache and attends alone: in the compiled
+  loop (``token_spec.native_layers``) each query row attends over its own sequence's
+  visible keys by a kernel that computes every row alone; in the Python loop with its
   queries padded to the width a one-sequence pass of that segment would use and its
   own mask and key length (``FastLlama.forward``'s rules), so its attention runs at
   exactly the shapes of its solo pass. RMSNorm, RoPE (a table row per position),
@@ -158,7 +160,7 @@ class PackedLM:
         return [logits[o : o + n] for o, n in zip(offs, ns)]
 
     def _layers(self, x, segs, cos_b, sin_b, masks, qpads, offs, ns, starts, aws, kends, gw) -> torch.Tensor:
-        """The Python twin of ``native_layers.run_layers_packed``: the same ops in the same order."""
+        """The packed pass's layer loop in ATen ops (where the compiled loop did not build)."""
         lm = self.fast
         hd, nkv, g, heads = lm.head_dim, lm.n_kv, lm.group, lm.n_heads
         q_dim = heads * hd
