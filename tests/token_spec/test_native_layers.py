@@ -129,3 +129,16 @@ def test_disabled_build_falls_back_to_the_python_loop_and_says_why(monkeypatch):
     finally:
         native_layers.load.cache_clear()
         native_layers._ERROR.clear()
+
+
+def test_native_packed_loop_gives_its_python_mirrors_logits_bitwise(lean, native_module):
+    from token_spec.packed import PackedLM, Segment
+
+    def run(fast: FastLlama) -> list[torch.Tensor]:
+        lm = PackedLM(fast)
+        a, b = lm.new_kv(), lm.new_kv()
+        lm.forward([Segment(a, list(range(300, 370)), prefill=True), Segment(b, list(range(500, 530)), prefill=True)])
+        out = lm.forward([Segment(a, [1, 2, 3]), Segment(b, [4])])
+        return out + lm.forward([Segment(b, [5, 6, 7, 8, 9]), Segment(a, [10])])
+
+    assert _same(run(_mirrored(lean, native_module)), run(_twin(lean, True)))
