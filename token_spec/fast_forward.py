@@ -18,7 +18,9 @@ How the invariance is kept (each point is tested bitwise in
   through oneDNN, which needs 2 rows, where MKL's GEMM needs 4: it takes GEMV / small-M
   paths below that, see ``Dense``), or always ``PAD_WIDTH`` with
   ``pad_mode="full"``. Dummy rows' results are dropped.
-* Attention: where the CPU's batched matmuls are not row-invariant (probed once per
+* Attention (the Python loop; the compiled loop's attention kernel computes each query
+  row alone over its visible keys, see ``token_spec.native_layers``): where the CPU's
+  batched matmuls are not row-invariant (probed once per
   thread count by ``attention_row_invariant``; on this project's AMD EPYC they are, at
   1 and 2 threads), the queries of a short pass are padded to ``PAD_WIDTH`` rows, so
   every pass runs its attention matmuls at one shape. Each query row's softmax and value sum
@@ -127,10 +129,13 @@ class FastLlama:
     True (always pad) or False (never).
     linears: per layer (qkv, o, gate_up, down) callables replacing the dense GEMMs (e.g.
     Q4_1 or int8 weights); head: a callable replacing the dense LM head GEMM.
-    native: run the layer loop in C++ (``token_spec.native_layers``: the same ATen ops in
-    the same order, so bitwise the same results with less per-op overhead). "auto" (the
-    default) = where the extension builds, else the Python loop; True = required; False
-    = the Python loop. ``self.native`` says which runs (eager attention only).
+    native: run the layer loop in C++ (``token_spec.native_layers``: fused row kernels
+    between the GEMMs, each row computed alone, so row-invariant by construction; its
+    attention reads each row's visible keys only, no mask or query padding). Its logits
+    differ from the Python loop's ATen ops within a small tolerance, not bitwise; each
+    loop is exact on its own. "auto" (the default) = where the extension builds, else the
+    Python loop; True = required; False = the Python loop. ``self.native`` says which
+    runs (eager attention only).
     """
 
     def __init__(self, hf_model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16, *,
@@ -318,14 +323,30 @@ class FastLlama:
         pad = self.pad_width
         # gemm rows (gw) and attention query rows (aw) of a short pass (n <= PAD_WIDTH)
         gw = max(n, self.gemm_width()) if n <= pad else n
-        aw = max(gw, pad) if (n <= pad and self.attention_padded()) else gw
         rows = ids
         if gw > n:  # pad with token 0; padded rows sit at positions end..start+gw-1
             rows = torch.cat([ids, ids.new_zeros(gw - n)])
-        pos = torch.arange(start, start + aw)
         cos, sin = self._cos[start : start + gw], self._sin_signed[start : start + gw]  # [gw, hd] views
         hd, nkv, g = self.head_dim, self.n_kv, self.group
         q_dim, kv_dim = self.n_heads * hd, nkv * hd
+        x = F.embedding(rows, self.embed)  # [gw, H]
+        tap = self.tap
+        taps = tap.layers if tap is not None else ()
+        tapped: list[torch.Tensor] = []
+        if self._run_layers is not None:
+            # the compiled loop: its attention reads each row's visible keys only (no mask,
+            # no query padding); padded rows run the GEMMs and norms only
+            lo = 0
+            for hi in [li + 1 for li in taps] + [self.n_layers]:  # one call per segment, ending after a tapped layer
+                if hi > lo:
+                    x = self._run_layers(x, self.layers[lo:hi], cache.k[lo:hi], cache.v[lo:hi], cos, sin, start, n,
+                                         self.n_heads, nkv, hd, self.eps, self.scale)
+                lo = hi
+                if len(tapped) < len(taps):
+                    tapped.append(x)
+            return self._finish(cache, x, n, gw, end, start, logits_rows, tapped)
+        aw = max(gw, pad) if (n <= pad and self.attention_padded()) else gw
+        pos = torch.arange(start, start + aw)
         # Keys visible to this pass: positions < kend, rounded up to KEY_BLOCK; row r sees
         # keys <= start + r (causal), everything else masked to -inf.
         kend = min(cache.capacity, -(-(start + aw) // self.key_block) * self.key_block)
@@ -336,63 +357,53 @@ class FastLlama:
         mask = mask.repeat(g, 1)[None]  # [1, g*aw, kend]: the g query heads of a kv head, stacked
         qpad = torch.zeros(self.n_heads, aw - gw, hd, dtype=self.dtype) if aw > gw else None
 
-        x = F.embedding(rows, self.embed)  # [gw, H]
         if self.attention == "sdpa":
             # bool mask, True = attend; [aw, kend] broadcast over heads
             allowed = key_pos[None, :] <= pos[:, None]
         cos_b, sin_b = cos[:, None, :], sin[:, None, :]  # broadcast over heads
         qk_dim = q_dim + kv_dim
         half = hd // 2
+        for li, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
+            h = self._rms(x, w_in)
+            qkv = w_qkv(h)  # [gw, q+2kv]
+            # RoPE on q and k heads at once (HF's rotate_half convention): t*cos + [-t2, t1]*sin,
+            # computed as t*cos + roll(t, half) * [-sin1, sin2] (the same products, fewer ops)
+            qk = qkv[:, :qk_dim].view(gw, self.n_heads + nkv, hd)
+            qk = qk * cos_b + qk.roll(half, dims=-1) * sin_b
+            q = qk[:, : self.n_heads].transpose(0, 1)  # [heads, gw, hd]
+            k = qk[:, self.n_heads :].transpose(0, 1)  # [kv, gw, hd]
+            v = qkv[:, qk_dim:].view(gw, nkv, hd).transpose(0, 1)
+            if qpad is not None:
+                q = torch.cat([q, qpad], dim=1)  # [heads, aw, hd]
+            kc, vc = cache.k[li], cache.v[li]  # keys [kv, hd, cap], values [kv, cap, hd]
+            # Padded rows are written too (positions >= end): they are beyond the
+            # session's length, so they are masked for every real row and overwritten
+            # before they are ever read as real keys.
+            kc[:, :, start : start + gw] = k.transpose(1, 2)  # keys cached transposed: [kv, hd, cap]
+            vc[:, start : start + gw] = v
+            keys_t, vals = kc[:, :, :kend], vc[:, :kend]  # [kv, hd, T], [kv, T, hd]
+            if self.attention == "sdpa":
+                keys = keys_t.transpose(1, 2)  # [kv, T, hd]
+                att = F.scaled_dot_product_attention(q[None], keys[None], vals[None], attn_mask=allowed,
+                                                     enable_gqa=True)[0]  # [heads, aw, hd]
+                att = att[:, :gw].transpose(0, 1).reshape(gw, q_dim)
+            else:
+                qg = q.reshape(nkv, g * aw, hd)  # heads of one kv group stacked: [kv, g*aw, hd]
+                att = attend(qg, keys_t, vals, mask, self.scale)  # [kv, g*aw, hd]
+                att = att.view(self.n_heads, aw, hd)[:, :gw].transpose(0, 1).reshape(gw, q_dim)
+            x = x + w_o(att)
+            h = self._rms(x, w_post)
+            gu = w_gu(h)  # [gw, 2I]
+            inter = gu.shape[-1] // 2
+            x = x + w_down(F.silu(gu[:, :inter]) * gu[:, inter:])
+            if li in taps:
+                tapped.append(x)
+        return self._finish(cache, x, n, gw, end, start, logits_rows, tapped)
+
+    def _finish(self, cache: FastSession, x: torch.Tensor, n: int, gw: int, end: int, start: int,
+                logits_rows: int | None, tapped: list) -> torch.Tensor:
+        """The pass's end: taps record, the cache grows to ``end``, the LM head runs."""
         tap = self.tap
-        taps = tap.layers if tap is not None else ()
-        tapped: list[torch.Tensor] = []
-        if self._run_layers is not None:  # the same ops as the loop below, issued from C++
-            # one call per segment, each ending after a tapped layer (the same ops in the same order)
-            lo = 0
-            for hi in [li + 1 for li in taps] + [self.n_layers]:
-                if hi > lo:
-                    x = self._run_layers(x, self.layers[lo:hi], cache.k[lo:hi], cache.v[lo:hi], cos_b, sin_b, mask,
-                                         qpad, start, gw, aw, kend, self.n_heads, nkv, hd, self.hidden, self.eps,
-                                         self.scale)
-                lo = hi
-                if len(tapped) < len(taps):
-                    tapped.append(x)
-        else:
-            for li, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
-                h = self._rms(x, w_in)
-                qkv = w_qkv(h)  # [gw, q+2kv]
-                # RoPE on q and k heads at once (HF's rotate_half convention): t*cos + [-t2, t1]*sin,
-                # computed as t*cos + roll(t, half) * [-sin1, sin2] (the same products, fewer ops)
-                qk = qkv[:, :qk_dim].view(gw, self.n_heads + nkv, hd)
-                qk = qk * cos_b + qk.roll(half, dims=-1) * sin_b
-                q = qk[:, : self.n_heads].transpose(0, 1)  # [heads, gw, hd]
-                k = qk[:, self.n_heads :].transpose(0, 1)  # [kv, gw, hd]
-                v = qkv[:, qk_dim:].view(gw, nkv, hd).transpose(0, 1)
-                if qpad is not None:
-                    q = torch.cat([q, qpad], dim=1)  # [heads, aw, hd]
-                kc, vc = cache.k[li], cache.v[li]  # keys [kv, hd, cap], values [kv, cap, hd]
-                # Padded rows are written too (positions >= end): they are beyond the
-                # session's length, so they are masked for every real row and overwritten
-                # before they are ever read as real keys.
-                kc[:, :, start : start + gw] = k.transpose(1, 2)  # keys cached transposed: [kv, hd, cap]
-                vc[:, start : start + gw] = v
-                keys_t, vals = kc[:, :, :kend], vc[:, :kend]  # [kv, hd, T], [kv, T, hd]
-                if self.attention == "sdpa":
-                    keys = keys_t.transpose(1, 2)  # [kv, T, hd]
-                    att = F.scaled_dot_product_attention(q[None], keys[None], vals[None], attn_mask=allowed,
-                                                         enable_gqa=True)[0]  # [heads, aw, hd]
-                    att = att[:, :gw].transpose(0, 1).reshape(gw, q_dim)
-                else:
-                    qg = q.reshape(nkv, g * aw, hd)  # heads of one kv group stacked: [kv, g*aw, hd]
-                    att = attend(qg, keys_t, vals, mask, self.scale)  # [kv, g*aw, hd]
-                    att = att.view(self.n_heads, aw, hd)[:, :gw].transpose(0, 1).reshape(gw, q_dim)
-                x = x + w_o(att)
-                h = self._rms(x, w_post)
-                gu = w_gu(h)  # [gw, 2I]
-                inter = gu.shape[-1] // 2
-                x = x + w_down(F.silu(gu[:, :inter]) * gu[:, inter:])
-                if li in taps:
-                    tapped.append(x)
         if tap is not None:
             tap.record(cache, start, [t[:n] for t in tapped])
         cache.length = end

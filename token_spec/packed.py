@@ -13,7 +13,9 @@ alone, batched, and at any draft length):
   layer (and the LM head), padded to the forward's row-invariant width
   (``FastLlama.gemm_width``) and never wider than ``PAD_WIDTH`` (16) rows, the widths
   whose rows the forward probes bit-identical; more rows than that go in further
-  passes. Each segment then writes its own KV cache and attends alone, with its
+  passes. Each segment then writes its own KV cache and attends alone: in the compiled
+  loop (``token_spec.native_layers``) each query row attends over its own sequence's
+  visible keys by a kernel that computes every row alone; in the Python loop with its
   queries padded to the width a one-sequence pass of that segment would use and its
   own mask and key length (``FastLlama.forward``'s rules), so its attention runs at
   exactly the shapes of its solo pass. RMSNorm, RoPE (a table row per position),
@@ -115,35 +117,37 @@ class PackedLM:
         total = sum(ns)
         gwidth = lm.gemm_width()
         gw = max(total, gwidth)  # the GEMM rows of the pass
-        padded = lm.attention_padded()
+        native = lm._run_layers_packed is not None
         offs, aws, kends, masks, qpads = [], [], [], [], []
         hd, nkv, g, heads = lm.head_dim, lm.n_kv, lm.group, lm.n_heads
         off = 0
         for seg, n, start in zip(segs, ns, starts):
-            # the query rows and key length of this segment's own one-sequence pass
-            seg_gw = max(n, gwidth)
-            aw = max(seg_gw, lm.pad_width) if padded else seg_gw
             seg.kv._reserve(start + n)
-            kend = min(seg.kv.capacity, -(-(start + aw) // lm.key_block) * lm.key_block)
-            pos = torch.arange(start, start + aw)
-            mask = torch.zeros(aw, kend, dtype=lm.dtype)
-            mask.masked_fill_(torch.arange(kend)[None, :] > pos[:, None], float("-inf"))
-            masks.append(mask.repeat(g, 1)[None])  # [1, g*aw, kend]
-            qpads.append(torch.zeros(heads, aw - n, hd, dtype=lm.dtype) if aw > n else _NO_ROWS)
             offs.append(off)
-            aws.append(aw)
-            kends.append(kend)
             off += n
-        lm._rope_upto(max(s + a for s, a in zip(starts, aws)) + lm.pad_width)
+        lm._rope_upto(max(starts) + lm.pad_width + lm.pad_width)
         ids = [t for s in segs for t in s.ids] + [0] * (gw - total)
         positions = torch.tensor([p for s, n in zip(starts, ns) for p in range(s, s + n)] + [0] * (gw - total))
-        cos_b, sin_b = lm._cos[positions][:, None, :], lm._sin_signed[positions][:, None, :]
         x = F.embedding(torch.tensor(ids, dtype=torch.long), lm.embed)  # [gw, H]
-        if lm._run_layers_packed is not None:
-            x = lm._run_layers_packed(x, lm.layers, [s.kv.k for s in segs], [s.kv.v for s in segs], cos_b, sin_b,
-                                      masks, qpads, offs, ns, starts, aws, kends, gw, heads, nkv, hd, lm.hidden,
+        if native:  # the compiled loop: each row attends over its visible keys alone (no mask, no padding)
+            x = lm._run_layers_packed(x, lm.layers, [s.kv.k for s in segs], [s.kv.v for s in segs],
+                                      lm._cos[positions], lm._sin_signed[positions], offs, ns, starts, heads, nkv, hd,
                                       lm.eps, lm.scale)
         else:
+            padded = lm.attention_padded()
+            for seg, n, start in zip(segs, ns, starts):
+                # the query rows and key length of this segment's own one-sequence pass
+                seg_gw = max(n, gwidth)
+                aw = max(seg_gw, lm.pad_width) if padded else seg_gw
+                kend = min(seg.kv.capacity, -(-(start + aw) // lm.key_block) * lm.key_block)
+                pos = torch.arange(start, start + aw)
+                mask = torch.zeros(aw, kend, dtype=lm.dtype)
+                mask.masked_fill_(torch.arange(kend)[None, :] > pos[:, None], float("-inf"))
+                masks.append(mask.repeat(g, 1)[None])  # [1, g*aw, kend]
+                qpads.append(torch.zeros(heads, aw - n, hd, dtype=lm.dtype) if aw > n else _NO_ROWS)
+                aws.append(aw)
+                kends.append(kend)
+            cos_b, sin_b = lm._cos[positions][:, None, :], lm._sin_signed[positions][:, None, :]
             x = self._layers(x, segs, cos_b, sin_b, masks, qpads, offs, ns, starts, aws, kends, gw)
         for seg, n in zip(segs, ns):
             seg.kv.length += n
@@ -156,7 +160,7 @@ class PackedLM:
         return [logits[o : o + n] for o, n in zip(offs, ns)]
 
     def _layers(self, x, segs, cos_b, sin_b, masks, qpads, offs, ns, starts, aws, kends, gw) -> torch.Tensor:
-        """The Python twin of ``native_layers.run_layers_packed``: the same ops in the same order."""
+        """The packed pass's layer loop in ATen ops (where the compiled loop did not build)."""
         lm = self.fast
         hd, nkv, g, heads = lm.head_dim, lm.n_kv, lm.group, lm.n_heads
         q_dim = heads * hd

@@ -82,9 +82,11 @@ def _logits_alone_and_packed(target, fast, seed: int = 7) -> tuple[torch.Tensor,
 
 
 def _python_loop(fast):
-    """The same forward with the packed pass's layer loop in Python (its C++ twin off)."""
+    """The same forward with its layer loops in Python (the C++ loops off): the one-token
+    passes and the packed pass both run the ATen ops, whose rows differ slightly from the
+    fused kernels' (so one loop serves both sides of the comparison)."""
     twin = copy.copy(fast)
-    twin._run_layers_packed = None
+    twin._run_layers = twin._run_layers_packed = None
     return twin
 
 
