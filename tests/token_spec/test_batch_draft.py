@@ -260,17 +260,24 @@ def shipped_draft(fast_target):
     return fast_draft(load_draft(fast_target.model), fast_target.dtype)
 
 
+def _ask(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+# greedy replies (bf16) of 48+ tokens, but for the last two (about 14 and 16 tokens)
 PROMPTS = [
-    [{"role": "user", "content": "Add type hints to this function:\n\ndef merge(a, b):\n"
-                                 "    out = dict(a)\n    out.update(b)\n    return out\n"}],
-    [{"role": "user", "content": "Write a haiku about autumn rain."}],
-    [{"role": "user", "content": "Rewrite as a list comprehension:\n\nresult = []\nfor x in range(20):\n"
-                                 "    if x % 3 == 0:\n        result.append(x * x)\n"}],
-    [{"role": "user", "content": "What is binary search?"}],
-    [{"role": "user", "content": "Name three prime numbers."}],
-    [{"role": "user", "content": "Write a Python function that reverses a string, with a docstring."}],
-    [{"role": "user", "content": "Explain what a hash map is in two sentences."}],
-    [{"role": "user", "content": "Fix the bug:\n\ndef mean(xs):\n    return sum(xs) / len(xs) + 1\n"}],
+    _ask("What is binary search?"),
+    _ask("Explain what a hash map is in two sentences."),
+    _ask("Fix the bug:\n\ndef mean(xs):\n    return sum(xs) / len(xs) + 1\n"),
+    _ask("Explain recursion with a short Python example."),
+    _ask("Write a Python function that reverses a string, with a docstring."),
+    _ask("Write a haiku about autumn rain."),
+    _ask("Rewrite as a list comprehension:\n\nresult = []\nfor x in range(20):\n    if x % 3 == 0:\n"
+         "        result.append(x * x)\n"),
+    _ask("Describe how a bicycle works."),
+    _ask("Add type hints to this function:\n\ndef merge(a, b):\n    out = dict(a)\n    out.update(b)\n"
+         "    return out\n"),
+    _ask("Name three prime numbers."),
 ]
 
 
@@ -288,8 +295,9 @@ def test_the_shipped_int8_draft_drafts_the_same_tokens_batched_as_alone(fast_tar
 
 
 def _staggered(engine, prompts, lengths) -> tuple[dict[str, list[int]], set[int]]:
-    """Request i is submitted before step i, with max_tokens lengths[i]; returns each
-    request's greedy output and the batch widths the steps ran at."""
+    """Request i is submitted before step i, with max_tokens lengths[i] (at most 8 run at
+    once, the others wait for a free slot); returns each request's greedy output and the
+    batch widths (decoding requests) of the steps."""
     from token_spec.serve.engine import Request
 
     outs: dict[str, list[int]] = {f"r{i}": [] for i in range(len(prompts))}
@@ -300,39 +308,55 @@ def _staggered(engine, prompts, lengths) -> tuple[dict[str, list[int]], set[int]
             engine.submit(Request(id=f"r{step}", prompt_ids=prompts[step],
                                   params=SamplingParams(temperature=0, max_tokens=lengths[step])))
         step += 1
-        widths.add(len(engine.active) + len(engine._inbox))
-        for rid, upd in engine.step():
+        updates = engine.step()
+        widths.add(len(updates))  # one update per decoding request
+        for rid, upd in updates:
             outs[rid].extend(upd.token_ids)
     return outs, widths
 
 
-def _engine(target, method: str, **kwargs):
+@pytest.fixture(scope="module")
+def engines(fast_target):
+    """``engines(method, **kwargs)``: the server's engine for ``method`` (gated, the gates
+    and schedules nearly always open). The drafter factory is made once per method: it
+    measures the draft's step cost, a timing, and the engines compared must weigh
+    drafting alike."""
     from token_spec.serve.engine import BatchEngine
     from token_spec.serve.server import make_drafter_factory
 
-    factory = make_drafter_factory(method, target, gate_costs=CHEAP, max_tokens=4)
-    return BatchEngine(PackedLM(target.fast), target.tokenizer, target.eos_ids, drafter_factory=factory,
-                       gamma=4, max_rows=16, max_seqs=8, pass_costs=CHEAP, **kwargs)
+    factories: dict[str, object] = {}
+
+    def make(method: str, **kwargs) -> BatchEngine:
+        if method not in factories:
+            factories[method] = make_drafter_factory(method, fast_target, gate_costs=CHEAP, max_tokens=4)
+        return BatchEngine(PackedLM(fast_target.fast), fast_target.tokenizer, fast_target.eos_ids,
+                           drafter_factory=factories[method], gamma=4, max_rows=16, max_seqs=8, pass_costs=CHEAP,
+                           **kwargs)
+
+    return make
 
 
-LENGTHS = [14, 22, 10, 18, 12, 20, 9, 16]
+# request i joins at step i; a step emits at most 5 tokens (gamma 4), so with these
+# max_tokens the first 8 are all there at step 7; they leave at different steps, and
+# the last two take the slots that free up
+LENGTHS = [40, 36, 32, 28, 24, 20, 16, 12, 14, 18]
 
 
 @pytest.fixture(scope="module")
-def vanilla_staggered(fast_target):
+def vanilla_staggered(fast_target, engines):
     prompts = [fast_target.encode(p) for p in PROMPTS]
-    outs, _ = _staggered(_engine(fast_target, "none"), prompts, LENGTHS)
+    outs, _ = _staggered(engines("none"), prompts, LENGTHS)
     return prompts, outs
 
 
 @pytest.mark.model
 @pytest.mark.parametrize("method", ["draft", "ngram+draft", "dspark"])
-def test_batched_drafting_gives_the_per_sequence_output_and_rounds(fast_target, vanilla_staggered, method):
+def test_batched_drafting_gives_the_per_sequence_output_and_rounds(engines, vanilla_staggered, method):
     prompts, vanilla = vanilla_staggered
     runs = {}
     for batch in (True, False):
         rounds: list[tuple[int, int]] = []
-        engine = _engine(fast_target, method, batch_drafts=batch, on_round=lambda p, a, r=rounds: r.append((p, a)))
+        engine = engines(method, batch_drafts=batch, on_round=lambda p, a, r=rounds: r.append((p, a)))
         runs[batch] = _staggered(engine, prompts, LENGTHS) + (rounds,)
     (batched, widths, rounds_b), (solo, _, rounds_s) = runs[True], runs[False]
     assert widths >= set(range(1, 9))
@@ -342,17 +366,16 @@ def test_batched_drafting_gives_the_per_sequence_output_and_rounds(fast_target, 
 
 
 @pytest.mark.model
-def test_negative_control_swapped_drafts_keep_the_output_but_not_the_rounds(fast_target, vanilla_staggered,
-                                                                            monkeypatch):
+def test_negative_control_swapped_drafts_keep_the_output_but_not_the_rounds(engines, vanilla_staggered, monkeypatch):
     prompts, vanilla = vanilla_staggered
     solo_rounds: list[tuple[int, int]] = []
-    engine = _engine(fast_target, "draft", batch_drafts=False, on_round=lambda p, a: solo_rounds.append((p, a)))
+    engine = engines("draft", batch_drafts=False, on_round=lambda p, a: solo_rounds.append((p, a)))
     solo, _ = _staggered(engine, prompts, LENGTHS)
     from token_spec.serve import engine as engine_module
 
     monkeypatch.setattr(engine_module, "propose_many", swapped)
     rounds: list[tuple[int, int]] = []
-    engine = _engine(fast_target, "draft", on_round=lambda p, a: rounds.append((p, a)))
+    engine = engines("draft", on_round=lambda p, a: rounds.append((p, a)))
     outs, _ = _staggered(engine, prompts, LENGTHS)
     assert outs == solo == vanilla  # the verifier is lossless whatever it is handed
     assert rounds != solo_rounds
