@@ -20,6 +20,8 @@ changes how many tokens each target pass yields.
   drafter: it keeps its own KV session, rolls it back exactly to the verified prefix
   each round, and returns the warped q rows it sampled from (``None`` when greedy,
   where q is one-hot at the argmax).
+  Its round is a plan of draft-model feeds, so a server drafts for all its sequences
+  in shared packed passes (``token_spec.draft_steps.propose_many``).
 * ``HybridDrafter`` a lookup drafter first, a model drafter only where the lookup
   finds nothing. Lookups are free and right often when they match, but they match in
   a minority of rounds (about 1 round in 4 on the bench's code and agent prompts); in
@@ -35,6 +37,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from .draft_steps import Feed, Plan, plan_of, run_plan
 from .models import CausalLM, LMSession
 from .sampling import SamplingParams, sample, warp
 
@@ -215,6 +218,10 @@ class ModelDrafter:
     position i > 0 when the draft's own top probability there, max softmax(logits_i),
     is below it. The decision uses only the draft's row i, fixed before token i is
     drawn, so it is non-anticipating and verification stays exact.
+
+    The round is written once, as a plan of draft-model feeds (``plan``, with the steps
+    ``first_step`` / ``next_step``; ``token_spec.draft_steps``): ``propose`` runs it
+    alone, ``propose_many`` packs the feeds of many sequences' plans into shared passes.
     """
 
     def __init__(self, lm: CausalLM, *, confidence: float = 0.0, name: str = "draft_model") -> None:
@@ -231,8 +238,10 @@ class ModelDrafter:
         self._session = None
         self._cached = []
 
-    def _sync(self, ctx: list[int]) -> torch.Tensor:
-        """Bring the cache to ctx[:-1] + feed ctx's tail; returns logits after ctx[-1]."""
+    def first_step(self, context: Sequence[int]) -> Plan:
+        """Plan: bring the cache to context[:-1] and feed context's tail; returns the
+        draft's logits [V] for the token after ``context``."""
+        ctx = list(_ids(context))
         if self._session is None:
             self._session = self.lm.start(ctx[:-1])
             self._cached = ctx[:-1]
@@ -242,28 +251,31 @@ class ModelDrafter:
         while common < limit and cached[common] == ctx[common]:
             common += 1
         self._session.truncate(common)
-        logits = self._session.extend(torch.tensor(ctx[common:], dtype=torch.long))[-1]
-        self._cached = ctx[:]  # ctx is now fully in the cache
+        logits = yield Feed(self._session, ctx[common:])
+        self._cached = ctx  # ctx is now fully in the cache
+        return logits
+
+    def next_step(self, token: int) -> Plan:
+        """Plan: feed one drafted token; returns the draft's logits [V] for the token after it."""
+        logits = yield Feed(self._session, [int(token)])
+        self._cached.append(int(token))
         return logits
 
     # step interface (``token_spec.dspark.DSparkDrafter`` drives the draft position by position)
     def first_logits(self, context: Sequence[int]) -> torch.Tensor:
         """The draft's logits [V] for the token after ``context`` (the cache synced to it)."""
-        return self._sync(list(_ids(context)))
+        return run_plan(self.first_step(context))
 
     def next_logits(self, token: int) -> torch.Tensor:
         """Feed one drafted token; the draft's logits [V] for the token after it."""
-        logits = self._session.extend(torch.tensor([int(token)], dtype=torch.long))[-1]
-        self._cached.append(int(token))
-        return logits
+        return run_plan(self.next_step(token))
 
-    def propose(
-        self, context: Sequence[int], k: int, params: SamplingParams, generator: torch.Generator | None
-    ) -> Draft:
+    def plan(self, context: Sequence[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Plan:
+        """``propose`` as a plan of draft-model feeds (``token_spec.draft_steps``)."""
         ctx = list(_ids(context))
         if k <= 0 or not ctx:
             return _empty()
-        logits = self._sync(ctx)
+        logits = yield from self.first_step(ctx)
         greedy = params.temperature == 0
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
@@ -275,10 +287,14 @@ class ModelDrafter:
                 rows.append(q)
             tokens.append(tok)
             if i < k - 1:
-                logits = self._session.extend(torch.tensor([tok], dtype=torch.long))[-1]
-                self._cached.append(tok)
+                logits = yield from self.next_step(tok)
         probs = None if greedy else torch.stack(rows)  # [k', V]
         return Draft(tokens=torch.tensor(tokens, dtype=torch.long), probs=probs)
+
+    def propose(
+        self, context: Sequence[int], k: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Draft:
+        return run_plan(self.plan(context, k, params, generator))
 
     def end(self, output_ids: Sequence[int]) -> None:
         self._session = None
@@ -316,6 +332,10 @@ class HybridDrafter:
     def propose(
         self, context: Sequence[int], k: int, params: SamplingParams, generator: torch.Generator | None
     ) -> Draft:
+        return run_plan(self.plan(context, k, params, generator))
+
+    def plan(self, context: Sequence[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Plan:
+        """``propose`` as a plan: the lookup runs at once, the model's feeds are yielded."""
         if k <= 0:
             return _empty()
         draft = self.lookup.propose(context, k, params, generator)
@@ -323,7 +343,7 @@ class HybridDrafter:
             self.rounds["lookup"] += 1
             return draft
         self.rounds["model"] += 1
-        return self.model.propose(context, min(k, self.model_tokens), params, generator)
+        return (yield from plan_of(self.model, context, min(k, self.model_tokens), params, generator))
 
     def end(self, output_ids: Sequence[int]) -> None:
         self.lookup.end(output_ids)
@@ -374,6 +394,10 @@ class GatedDrafter:
     def propose(
         self, context: Sequence[int], k: int, params: SamplingParams, generator: torch.Generator | None
     ) -> Draft:
+        return run_plan(self.plan(context, k, params, generator))
+
+    def plan(self, context: Sequence[int], k: int, params: SamplingParams, generator: torch.Generator | None) -> Plan:
+        """``propose`` as a plan: the gate decides at once, the drafter's feeds are yielded."""
         ctx = _ids(context)
         self._settle(ctx)
         if k <= 0:
@@ -382,7 +406,7 @@ class GatedDrafter:
         if n <= 0:
             self.rounds["skipped"] += 1
             return _empty()
-        draft = self.drafter.propose(ctx, min(k, n), params, generator)
+        draft = yield from plan_of(self.drafter, ctx, min(k, n), params, generator)
         if draft.tokens.numel():
             self._pending = (len(ctx), draft.tokens.tolist())
             self.rounds["drafted"] += 1

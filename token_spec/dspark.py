@@ -26,7 +26,9 @@ Pieces:
   steps, in target steps). Position k is admitted iff E_k / cost_k > E_{k-1} / cost_{k-1};
   the first decline ends the round's draft.
 * ``DSparkDrafter``: a ``Drafter`` that runs the step drafter, asks the schedule before
-  drawing each token, and stops there.
+  drawing each token, and stops there. Its round is also a plan of draft-model feeds
+  (``token_spec.draft_steps``), so a server packs the draft steps of all its sequences:
+  a sequence whose schedule stops drops out of the later passes.
 
 Exactness: a_k is computed from the draft's row k, a function of the verified context
 and d_1..d_{k-1} only, and the decision to verify position k is taken before d_k is
@@ -48,6 +50,7 @@ from pathlib import Path
 
 import torch
 
+from .draft_steps import Plan, now, run_plan
 from .drafters import Draft, draw
 from .sampling import SamplingParams
 
@@ -197,11 +200,26 @@ class DSparkDrafter:
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams,
                 generator: torch.Generator | None) -> Draft:
+        return run_plan(self.plan(context, k, params, generator))
+
+    def _first(self, ctx: list[int]) -> Plan:
+        step = getattr(self.drafter, "first_step", None)
+        return step(ctx) if step is not None else now(self.drafter.first_logits(ctx))
+
+    def _next(self, token: int) -> Plan:
+        step = getattr(self.drafter, "next_step", None)
+        return step(token) if step is not None else now(self.drafter.next_logits(token))
+
+    def plan(self, context: Sequence[int], k: int, params: SamplingParams,
+             generator: torch.Generator | None) -> Plan:
+        """``propose`` as a plan of draft-model feeds (``token_spec.draft_steps``), where the
+        step drafter offers its steps as plans (``first_step`` / ``next_step``); a round
+        the schedule ends early feeds no further position."""
         ctx = [int(t) for t in context]
         if k <= 0 or not ctx:
             return Draft(tokens=torch.empty(0, dtype=torch.long))
         greedy = params.temperature == 0
-        logits = self.drafter.first_logits(ctx)
+        logits = yield from self._first(ctx)
         admission = self.schedule.start()
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
@@ -214,7 +232,7 @@ class DSparkDrafter:
                 rows.append(q)
             tokens.append(tok)
             if i < min(k, self.schedule.max_tokens) - 1:
-                logits = self.drafter.next_logits(tok)
+                logits = yield from self._next(tok)
         self.lengths[len(tokens)] = self.lengths.get(len(tokens), 0) + 1
         probs = torch.stack(rows) if rows else None
         return Draft(tokens=torch.tensor(tokens, dtype=torch.long), probs=probs)

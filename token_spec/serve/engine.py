@@ -7,7 +7,9 @@
 2. decide the draft budget: ``draft_budget`` (below) from counts only, BEFORE any
    draft is drawn (non-anticipating: the decision cannot depend on the drafts); at
    high load it is 0 and nobody drafts;
-3. every decoding request drafts up to that many tokens with its own drafter; where
+3. every decoding request drafts up to that many tokens with its own drafter, all of
+   them together (``token_spec.draft_steps.propose_many``: the draft models' steps run
+   as packed passes across sequences, each with its own draft cache); where
    the drafter is gated (``--gate``), its ``DraftGate`` first gets this step's
    per-sequence pass costs at the batch width (``batch_costs``) and decides, from the
    request's earlier rounds only, whether and how much to draft; with a ``DraftSwitch``
@@ -38,6 +40,7 @@ from typing import Any
 import torch
 
 from ..detokenize import IncrementalText
+from ..draft_steps import DraftRequest, propose_many
 from ..relaxed import RelaxedVerifier
 from ..sampler import verify
 from ..sampling import SamplingParams, warp
@@ -184,7 +187,10 @@ class BatchEngine:
     per-sequence costs at its batch width (``batch_costs``) before anything is drafted.
     switch: a ``DraftSwitch`` (None: off) that lets a step draft only where drafting has
     measured faster at that batch width; clock: the step timer it reads (tests pass a
-    fake one). on_round(proposed, accepted) and on_finish(seq_metrics) are metric hooks.
+    fake one). batch_drafts: draft for all sequences of a step together
+    (``token_spec.draft_steps.propose_many``, the draft models' steps packed across
+    sequences; the default) or one sequence at a time (False: the reference the tests
+    compare with). on_round(proposed, accepted) and on_finish(seq_metrics) are metric hooks.
     """
 
     def __init__(self, lm: PackedLM, tokenizer, eos_ids: Sequence[int], *,
@@ -193,7 +199,7 @@ class BatchEngine:
                  on_round: Callable[[int, int], None] | None = None,
                  on_finish: Callable[[Any], None] | None = None,
                  pass_costs: Sequence[float] | None = None, switch: DraftSwitch | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, batch_drafts: bool = True) -> None:
         if acceptance not in ("strict", "relaxed"):
             raise ValueError(f"acceptance must be 'strict' or 'relaxed', got {acceptance!r}")
         if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 0:
@@ -218,6 +224,7 @@ class BatchEngine:
         self.pass_costs = tuple(pass_costs) if pass_costs is not None else None
         self.switch = switch if drafter_factory is not None else None
         self.clock = clock
+        self.batch_drafts = batch_drafts
         self._inbox: deque[Request] = deque()
         self._cancelled: set[str] = set()
         self._mutex = threading.Lock()  # guards _inbox and _cancelled
@@ -327,11 +334,11 @@ class BatchEngine:
             if len(s.req.prompt_ids) > 1:
                 segments.append(Segment(s.kv, s.req.prompt_ids[:-1], prefill=True))
                 prefilling[s.req.id] = len(s.req.prompt_ids) - 1
+        drafts = self._draft(decoding, k_budget)
         for s in decoding:
-            k = max(0, min(k_budget, s.remaining - 1))  # drafting past max_tokens is wasted
             draft, q = torch.empty(0, dtype=torch.long), None
-            if k and s.drafter is not None:
-                d = s.drafter.propose(s.req.prompt_ids + s.output, k, s.req.params, s.generator)
+            d, k = drafts.get(s.req.id, (None, 0))
+            if d is not None:
                 draft = d.tokens.to(torch.long).reshape(-1)[:k]
                 q = None if d.probs is None else d.probs[: draft.numel()]
             plan.append((s, draft, q, s.kv.length + prefilling.get(s.req.id, 0)))
@@ -348,6 +355,21 @@ class BatchEngine:
         if switched:
             self.switch.record(len(decoding), drafting, sum(len(u.token_ids) for _, u in updates), self.clock() - t0)
         return updates
+
+    def _draft(self, decoding: list[_Seq], k_budget: int) -> dict[str, tuple[Any, int]]:
+        """Each drafting sequence's draft and length cap: request id -> (Draft, k). All
+        of them at once (``propose_many``: the draft models' steps packed across
+        sequences), or one sequence at a time with ``batch_drafts=False``."""
+        asks = []
+        for s in decoding:
+            k = max(0, min(k_budget, s.remaining - 1))  # drafting past max_tokens is wasted
+            if k and s.drafter is not None:
+                asks.append((s, k, DraftRequest(s.drafter, s.req.prompt_ids + s.output, k, s.req.params, s.generator)))
+        if self.batch_drafts:
+            drafts = propose_many([r for _, _, r in asks])
+        else:
+            drafts = [r.drafter.propose(r.context, r.k, r.params, r.generator) for _, _, r in asks]
+        return {s.req.id: (d, k) for (s, k, _), d in zip(asks, drafts)}
 
     def _verify(self, s: _Seq, draft: torch.Tensor, q, logits: torch.Tensor) -> torch.Tensor:
         p = s.req.params

@@ -2,10 +2,10 @@
 
 The gates (``token_spec.gamma.DraftGate``) and the DSpark schedule weigh drafting with a
 cost model: pass costs measured once at start-up and a draft-to-target step ratio. On a
-busy machine, or where the model misses a cost (draft steps run one sequence at a time
-while the target pass is shared, the int4 GEMM's cost jumps at row blocks), the model
-can open drafting where it does not pay, and a server with speculation then serves
-fewer tokens per second than the same server without it. ``DraftSwitch`` closes that
+busy machine, or where the model misses a cost (the draft's step cost is measured for
+one sequence, while a step's sequences share packed draft passes; the int4 GEMM's cost
+jumps at row blocks), the model can open drafting where it does not pay, and a server
+with speculation then serves fewer tokens per second than the same server without it. ``DraftSwitch`` closes that
 gap with the outcome itself: per batch width (decoding sequences in the step) it keeps
 an exponentially weighted token rate (tokens emitted per second of step time) of the
 steps that let the drafters draft ("on") and of the steps that did not ("off"), and
