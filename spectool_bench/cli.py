@@ -21,32 +21,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from spectool.cli import positive_float
+from spectool.arg_types import existing_path, float_within, int_at_least, positive_float
 
 from .programs import SHAPES
 from .config import DECODINGS, MODES
 
 __all__ = ["register"]
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
-
-
-def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be within 0..1, got {text}")
-    return value
 
 
 def _context_tokens(text: str) -> int:
@@ -74,11 +54,11 @@ def register(subparsers: Any) -> None:
                     help="output folder for oolong.json and the plots (default: out/oolong)")
     oo.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
                     help="runtime modes to compare (default: all)")
-    oo.add_argument("--concurrency", nargs="+", type=_positive_int, default=[1, 4],
+    oo.add_argument("--concurrency", nargs="+", type=int_at_least(1), default=[1, 4],
                     help="episodes in flight sharing the server (e.g. 1 4 8)")
-    oo.add_argument("--repeats", type=_positive_int, default=1,
+    oo.add_argument("--repeats", type=int_at_least(1), default=1,
                     help="runs of each configuration (default 1)")
-    oo.add_argument("--seed", nargs="+", type=int, default=[0], help="one or more seeds")
+    oo.add_argument("--seed", nargs="+", type=int_at_least(0), default=[0], help="one or more seeds (integers >= 0)")
     oo.add_argument("--context-tokens", nargs="+", type=_context_tokens, default=[8192],
                     help="window sizes, e.g. 4K 8192 32K (1K..128K)")
     oo.add_argument("--decoding", nargs="+", choices=DECODINGS, default=list(DECODINGS),
@@ -96,10 +76,10 @@ def register(subparsers: Any) -> None:
                     help="keep windows the official subsample drops (fewer than 25 "
                          "questions) with all their questions; default: seed i is the i-th "
                          "window the official subsample keeps")
-    oo.add_argument("--data", type=Path, default=None,
+    oo.add_argument("--data", type=existing_path, default=None,
                     help="official OOLONG files (parquet/JSONL/JSON, or a folder) instead of "
                          "the generator; needs --root-model")
-    oo.add_argument("--accuracy", type=_probability, default=0.95,
+    oo.add_argument("--accuracy", type=float_within(0.0, 1.0), default=0.95,
                     help="simulated sub-model: probability each label is right (0..1)")
     oo.add_argument("--root-model", default=None, help="litellm model string for the root model")
     oo.add_argument("--sub-model", default=None,
@@ -108,11 +88,11 @@ def register(subparsers: Any) -> None:
                          "token speculation x tool speculation (root model simulated)")
     oo.add_argument("--token-spec", default="ngram", choices=["ngram", "suffix", "draft"],
                     help="with --sub-model local: the speculative method of the 'on' server")
-    oo.add_argument("--gamma", type=_positive_int, default=4,
+    oo.add_argument("--gamma", type=int_at_least(1), default=4,
                     help="with --sub-model local: draft length of the 'on' server")
-    oo.add_argument("--sub-max-tokens", type=_positive_int, default=24,
+    oo.add_argument("--sub-max-tokens", type=int_at_least(1), default=24,
                     help="with --sub-model local: max_tokens per sub-call")
-    oo.add_argument("--max-questions", type=_positive_int, default=None,
+    oo.add_argument("--max-questions", type=int_at_least(1), default=None,
                     help="with --root-model: questions per window (default: all)")
     oo.add_argument("--api-base", default=None,
                     help="OpenAI-compatible base URL for the litellm models (e.g. a vLLM server)")
@@ -120,7 +100,7 @@ def register(subparsers: Any) -> None:
                     help="API key for the litellm models (default: the provider's env variable)")
     oo.add_argument("--time-scale", type=positive_float, default=None,
                     help="real seconds per simulated second (default 0.1; 1.0 with real models)")
-    oo.add_argument("--max-turns", type=_positive_int, default=6,
+    oo.add_argument("--max-turns", type=int_at_least(1), default=6,
                     help="root-model turns per question at most (default 6)")
     oo.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     oo.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -40,7 +40,7 @@ DOMAINS = ("coding", "agent_workflow", "creative_writing", "guardrail", "fronten
 
 
 def add_parser(sub) -> None:
-    from .arg_types import comma_list, float_within, http_url, int_at_least
+    from spectool.arg_types import comma_list, existing_file, float_within, http_url, int_at_least
 
     p = sub.add_parser("audit", help="greedy-identity audit of two OpenAI-compatible endpoints",
                        description="Do two OpenAI-compatible endpoints give the same greedy output? Sends the same "
@@ -58,7 +58,8 @@ def add_parser(sub) -> None:
     p.add_argument("--label-b", default="B", help="name of endpoint B in the report")
     p.add_argument("--api-key", default="none", help="API key sent to both endpoints (default: none)")
     p.add_argument("--timeout", type=float_within(0.0, low_open=True), default=600.0, help="seconds per request")
-    p.add_argument("--prompt-file", default=None, help="a JSONL prompt set instead of the shipped one")
+    p.add_argument("--prompt-file", type=existing_file, default=None,
+                   help="a JSONL prompt set instead of the shipped one")
     p.set_defaults(func=main, parser=p)
 
 
@@ -212,6 +213,7 @@ def _tau(before: dict | None, after: dict | None) -> float | None:
 
 
 def run_audit(args) -> dict:
+    from rich.console import Console
     from rich.progress import Progress
 
     domains = [d for d in args.domains.split(",") if d]
@@ -232,7 +234,8 @@ def run_audit(args) -> dict:
         raise
     rows, domain_rows = [], []
     try:
-        with Progress(transient=False, console=None) as progress:
+        stderr = Console(stderr=True)
+        with Progress(transient=False, console=stderr, disable=not stderr.is_terminal) as progress:
             task = progress.add_task("audit", total=len(chosen))
             for d in domains:
                 ma0, mb0 = a.metrics(), b.metrics()

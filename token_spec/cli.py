@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .arg_types import comma_list, float_within, int_at_least, int_list
+from spectool.arg_types import comma_list, float_within, int_at_least, int_list
 
 __all__ = ["main", "build_parser", "run_bench"]
 
@@ -99,16 +99,17 @@ def run_bench(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse, then run the command under the shared Ctrl-C handler
+    (``spectool.cli.run_interruptible``: one line, exit status 130, no empty ``--out``)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from spectool.cli import ensure_writable_dir
-
-    from spectool.cli import run_interruptible
+    from spectool.cli import ensure_writable_dir, run_interruptible
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    out = getattr(args, "out", None)
     if args.command not in ("bench", "race"):
-        return args.func(args)
+        return run_interruptible(f"token_spec {args.command}", out, lambda: args.func(args))
 
     def run() -> int:
         try:  # before the model loads: a bad --out costs one line, not a lost run
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return main_bench(args, argv)
 
-    return run_interruptible(f"token_spec {args.command}", args.out, run)
+    return run_interruptible(f"token_spec {args.command}", out, run)
 
 
 if __name__ == "__main__":  # pragma: no cover

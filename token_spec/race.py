@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from .arg_types import int_at_least
+from spectool.arg_types import int_at_least
 
 __all__ = ["add_arguments", "run_race", "score", "identity", "summary_lines", "replay", "main_race",
            "LLAMACPP_LANE"]

@@ -34,7 +34,7 @@ __all__ = ["add_parser", "main", "run_loadtest", "format_table", "plot", "parse_
 
 
 def add_parser(sub) -> None:
-    from ..arg_types import comma_list, int_at_least, int_list, int_within
+    from spectool.arg_types import comma_list, int_at_least, int_list, int_within
     from .server import GATE_CHOICES, MAX_GAMMA, SPECULATIVE_METHODS, TARGET_CHOICES
 
     p = sub.add_parser("loadtest", help="throughput/latency of token_spec serve at 1, 4, 16 clients",
