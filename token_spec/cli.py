@@ -54,6 +54,7 @@ def _checked_types() -> dict[str, object]:
         "hybrid_model_tokens": int_at_least(1),
         "draft_confidence": float_within(0.0, 1.0),
         "temperature": float_within(0.0),
+        "seed": int_at_least(0),
         "hf": comma_list({"auto", "none", "bf16", "fp32"}),
         "hf_methods": comma_list(HF_KINDS),
         "threads": int_list(0),
