@@ -43,7 +43,9 @@ def _context_tokens(text: str) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``bench`` (with ``oolong``) to the core CLI's subparsers."""
-    bench = subparsers.add_parser("bench", help="run a benchmark (spectool_bench)")
+    bench = subparsers.add_parser(
+        "bench", help="run a benchmark (spectool_bench)",
+        description="Run one of spectool's benchmarks; 'spectool bench BENCHMARK --help' lists its flags.")
     which = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     oo = which.add_parser(
         "oolong", help="OOLONG-style long-context benchmark (simulated models by default)",

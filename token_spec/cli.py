@@ -74,7 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}",
                         help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    b = sub.add_parser("bench", help="benchmark vanilla vs speculative vs HF generate() vs llama.cpp")
+    b = sub.add_parser("bench", help="benchmark vanilla vs speculative vs HF generate() vs llama.cpp",
+                       description="Benchmark our vanilla and speculative decoders against Hugging Face generate() "
+                       "and llama.cpp on the shipped prompt set, interleaved in one run; writes bench.json and "
+                       "bench.png into --out and prints a table (--json: the same data as JSON).")
     add_arguments(b)
     types = _checked_types()
     for action in b._actions:
@@ -82,7 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
             action.type = types[action.dest]   # string defaults go through it too
     from .race import add_arguments as add_race_arguments
 
-    r = sub.add_parser("race", help="decode one prompt with vanilla and every drafter, replayed side by side")
+    r = sub.add_parser("race", help="decode one prompt with vanilla and every drafter, replayed side by side",
+                       description="Decode one prompt with vanilla decoding and every drafter, then replay the "
+                       "lanes side by side at their measured per-token timing; writes race.json, race.html and "
+                       "race.png into --out.")
     add_race_arguments(r, _drafter_list)
     for p in (b, r):
         p.set_defaults(parser=p)   # errors found after parsing name the sub-command
