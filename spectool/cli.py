@@ -29,7 +29,8 @@ from typing import Any, Callable
 
 from .arg_types import existing_file, nonnegative_float, positive_float
 
-__all__ = ["main", "run_interruptible", "build_parser", "ensure_writable_dir", "version", "OneLineErrorParser",
+__all__ = ["main", "run_interruptible", "build_parser", "ensure_writable_dir", "version",
+           "OneLineErrorParser",
            "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "spectool.commands"
@@ -142,6 +143,8 @@ def _register_replay(subparsers: Any) -> None:
                          "default baseline,lazy,spec)")
     rp.add_argument("--time-limit", type=positive_float, default=3600.0,
                     help="real seconds the whole replay may take (default 3600)")
+    rp.add_argument("--json", action="store_true",
+                    help="print the report (replay.json's data) as JSON on stdout instead of the table")
 
     def handler(args: argparse.Namespace) -> int:
         from .replay import ReplayError, main as replay_main

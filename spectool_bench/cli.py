@@ -18,6 +18,7 @@ Without model strings the benchmark runs on the embedded **simulated** models
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -106,12 +107,15 @@ def register(subparsers: Any) -> None:
                     help="root-model turns per question at most (default 6)")
     oo.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     oo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    oo.add_argument("--json", action="store_true",
+                    help="print the report (oolong.json's data) as JSON on stdout instead of the table")
     oo.set_defaults(func=lambda args: run_oolong(args, oo))
 
 
 def run_oolong(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Validate everything, prove ``--out`` writable, then run the benchmark."""
     from spectool.cli import ensure_writable_dir
+    from spectool.tables import print_json, show
 
     from .runner import BenchConfig, main_bench
 
@@ -120,11 +124,16 @@ def run_oolong(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             parser.error("--sub-model local keeps the root model simulated; drop --root-model")
         from .two_tier import TwoTierConfig, main_two_tier
 
+        from .two_tier import two_tier_blocks
+
         report = main_two_tier(TwoTierConfig(
             token_method=args.token_spec, gamma=args.gamma, repeats=max(2, args.repeats),
             max_tokens=args.sub_max_tokens, context_tokens=min(args.context_tokens),
             seed=args.seed[0]))
-        print(report["table"])
+        if args.json:
+            print_json(report, omit=("table",))
+        else:
+            show(two_tier_blocks(report))
         return 0
     real = args.root_model is not None or args.sub_model is not None
     cfg = BenchConfig(
@@ -147,7 +156,13 @@ def run_oolong(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     except ValueError as exc:
         parser.error(str(exc))
     report = main_bench(cfg)
-    print(report["table"])
-    print(f"\nwrote {Path(cfg.out) / 'oolong.json'}"
-          + "".join(f"\nwrote {p}" for p in report.get("plots", [])))
+    wrote = [Path(cfg.out) / "oolong.json", *report.get("plots", [])]
+    if args.json:   # stdout is the JSON alone; what was written goes to stderr
+        print_json(report, omit=("table", "plots"))
+        print("\n".join(f"wrote {p}" for p in wrote), file=sys.stderr)
+        return 0
+    from .report import render_blocks
+
+    show(render_blocks(cfg, report["summary"]))
+    print("\n" + "\n".join(f"wrote {p}" for p in wrote))
     return 0
