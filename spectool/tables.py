@@ -50,12 +50,18 @@ Block = Union[str, Table]   # a report: text lines and tables, in order
 
 def lines(table: Table) -> list[str]:
     """The plain text of ``table``: title (if any), heading, rule, rows. A column is as wide
-    as its ``width``, its heading or its longest cell, whichever is widest: nothing is cut."""
-    widths = [max([c.width, len(c.heading)] + [len(row[i]) for row in [*table.rows, *table.totals]])
-              for i, c in enumerate(table.columns)]
+    as its ``width`` or its heading; a longer cell widens it, with a space before it so
+    it stays apart from its neighbour: nothing is cut."""
+    def width(i: int, column: Column) -> tuple[str, int]:
+        declared = max(column.width, len(column.heading))
+        longest = max([len(row[i]) for row in [*table.rows, *table.totals]], default=0)
+        return ("", declared) if longest <= declared else (" ", longest)   # grown: a space before
+
+    widths = [width(i, c) for i, c in enumerate(table.columns)]
 
     def line(cells: Iterable[str]) -> str:
-        return "".join(format(cell, f"{c.align}{w}") for c, w, cell in zip(table.columns, widths, cells))
+        return "".join(gap + format(cell, f"{c.align}{w}")
+                       for c, (gap, w), cell in zip(table.columns, widths, cells))
 
     head = line(c.heading for c in table.columns)
     out = [table.title] if table.title else []
