@@ -89,6 +89,16 @@ def test_token_spec_audit_ctrl_c_while_waiting_for_an_endpoint(tmp_path):
     assert not out.exists()
 
 
+def test_token_spec_loadtest_ctrl_c_while_its_server_starts(tmp_path):
+    pytest.importorskip("uvicorn")
+    out = tmp_path / "loadtest"
+    proc = start(["-m", "token_spec", "loadtest", "--out", str(out), "--methods", "none", "--clients", "1"])
+    wait_until(out.exists, proc)      # --out is made just before the servers start
+    rc, err = interrupt(proc)
+    assert_interrupted_cleanly(rc, err, "token_spec loadtest", out)
+    assert not out.exists()
+
+
 def test_an_out_folder_that_existed_before_is_kept(tmp_path):
     out = tmp_path / "audit"
     out.mkdir()
