@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spectool.arg_types import existing_path, float_within, int_at_least, positive_float
+from spectool.arg_types import existing_path, float_within, http_url, int_at_least, positive_float
 
 from .programs import SHAPES
 from .config import DECODINGS, MODES
@@ -97,7 +97,7 @@ def register(subparsers: Any) -> None:
                     help="with --sub-model local: max_tokens per sub-call")
     oo.add_argument("--max-questions", type=int_at_least(1), default=None,
                     help="with --root-model: questions per window (default: all)")
-    oo.add_argument("--api-base", default=None,
+    oo.add_argument("--api-base", type=http_url, default=None,
                     help="OpenAI-compatible base URL for the litellm models (e.g. a vLLM server)")
     oo.add_argument("--api-key", default=None,
                     help="API key for the litellm models (default: the provider's env variable)")

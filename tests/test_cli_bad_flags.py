@@ -32,6 +32,7 @@ BAD = [
     (["spectool", "bench", "oolong"], "--max-turns", "0"),
     (["spectool", "bench", "oolong"], "--gamma", "0"),
     (["spectool", "bench", "oolong"], "--max-questions", "0"),
+    (["spectool", "bench", "oolong"], "--api-base", "localhost:8000"),
     (["token_spec", "bench", "--out", "{tmp}"], "--max-tokens", "0"),
     (["token_spec", "bench", "--out", "{tmp}"], "--repeats", "-3"),
     (["token_spec", "bench", "--out", "{tmp}"], "--prompts", "-1"),
