@@ -2,7 +2,7 @@
 
     spectool --version
     spectool replay LOG [--out DIR] [--rate TOK_S] [--latency S] [--time-scale X]
-                        [--harness rlm|verifiers|both] [--executor subprocess|inprocess]
+                        [--harness rlm|verifiers|both] [--executor subprocess|inprocess] [--json]
     spectool bench oolong [...]      (provided by spectool_bench; see its cli module)
 
 The core registers no benchmark itself and never imports ``spectool_bench``:
@@ -13,8 +13,11 @@ flag with its own parser's ``error``). A provider that cannot
 be imported (an extra not installed) still shows up, as a subcommand that says
 what to install.
 
-``ensure_writable_dir`` is shared by the CLIs: an output folder is checked before
-any work starts, so a bad ``--out`` costs one error line, not a lost run.
+Shared by every CLI (``spectool``, its providers, ``token_spec``): ``ensure_writable_dir``
+(an output folder is checked before any work starts, so a bad ``--out`` costs one
+error line, not a lost run), ``OneLineErrorParser`` and ``run_interruptible`` (Ctrl-C
+is one line and exit status 130); flag types live in ``spectool.arg_types`` and result
+tables in ``spectool.tables``.
 """
 
 from __future__ import annotations

@@ -8,11 +8,13 @@ the ``spectool.commands`` entry point (``pyproject.toml``)::
                           [--decoding vanilla speculative] [--shapes ...]
                           [--root-model LITELLM_MODEL] [--sub-model LITELLM_MODEL]
                           [--api-base URL] [--api-key KEY]
-                          [--time-scale X] [--no-plots] [--no-progress]
+                          [--time-scale X] [--no-plots] [--no-progress] [--json]
 
 Without model strings the benchmark runs on the embedded **simulated** models
 (``spectool_bench.simulated``) and reports simulated seconds. Every flag is checked
-(and the output folder proved writable) before any work starts.
+(and the output folder proved writable) before any work starts. The tables print
+through ``spectool.tables`` (rich on a terminal, plain text elsewhere); ``--json``
+prints ``oolong.json``'s data instead.
 """
 
 from __future__ import annotations
