@@ -22,27 +22,59 @@ observations), ``execution`` (real executors and their sandbox), ``runtime`` (wi
 and the pure segmenter), and the pure stages ``shadow``, ``keys``.
 """
 
-from .errors import (
-    ExecutorError,
-    RemoteCellError,
-    RemoteToolError,
-    RuntimeClosedError,
-    SpecToolError,
-    StreamAdapterError,
-    StreamError,
-    StreamShapeError,
-    ToolArgumentError,
-    ToolError,
-    ToolOutputTooLargeError,
-    ToolTimeoutError,
-    WorkerCrashedError,
-)
-from .runtime import CellResult, Runtime, TurnResult
-from .shadow_host.pool import ShadowPool, ShadowWorkerLimits
-from .speculation import Budget, EntryState
-from .execution.subprocess_executor import Opaque, WorkerLimits
-from .tools import Tool, tool
-from .trace import Event, Trace, TurnStats
+import importlib
+from typing import Any
+
+# name -> the submodule that defines it, imported on first use (PEP 562): ``import spectool``
+# stays cheap, so the command lines' --help and flag checks import nothing heavy
+_LAZY = {
+    "ExecutorError": "errors",
+    "RemoteCellError": "errors",
+    "RemoteToolError": "errors",
+    "RuntimeClosedError": "errors",
+    "SpecToolError": "errors",
+    "StreamAdapterError": "errors",
+    "StreamError": "errors",
+    "StreamShapeError": "errors",
+    "ToolArgumentError": "errors",
+    "ToolError": "errors",
+    "ToolOutputTooLargeError": "errors",
+    "ToolTimeoutError": "errors",
+    "WorkerCrashedError": "errors",
+    "CellResult": "runtime",
+    "Runtime": "runtime",
+    "TurnResult": "runtime",
+    "ShadowPool": "shadow_host.pool",
+    "ShadowWorkerLimits": "shadow_host.pool",
+    "Budget": "speculation",
+    "EntryState": "speculation",
+    "Opaque": "execution.subprocess_executor",
+    "WorkerLimits": "execution.subprocess_executor",
+    "Tool": "tools",
+    "tool": "tools",
+    "Event": "trace",
+    "Trace": "trace",
+    "TurnStats": "trace",
+}
+
+def __getattr__(name: str) -> Any:
+    """A public name from its submodule, or a submodule itself (``spectool.runtime``)."""
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+        globals()[name] = value
+        return value
+    try:
+        return importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "tool",

@@ -2,7 +2,7 @@
 
     spectool --version
     spectool replay LOG [--out DIR] [--rate TOK_S] [--latency S] [--time-scale X]
-                        [--harness rlm|verifiers|both] [--executor subprocess|inprocess]
+                        [--harness rlm|verifiers|both] [--executor subprocess|inprocess] [--json]
     spectool bench oolong [...]      (provided by spectool_bench; see its cli module)
 
 The core registers no benchmark itself and never imports ``spectool_bench``:
@@ -13,14 +13,16 @@ flag with its own parser's ``error``). A provider that cannot
 be imported (an extra not installed) still shows up, as a subcommand that says
 what to install.
 
-``ensure_writable_dir`` is shared by the CLIs: an output folder is checked before
-any work starts, so a bad ``--out`` costs one error line, not a lost run.
+Shared by every CLI (``spectool``, its providers, ``token_spec``): ``ensure_writable_dir``
+(an output folder is checked before any work starts, so a bad ``--out`` costs one
+error line, not a lost run), ``OneLineErrorParser`` and ``run_interruptible`` (Ctrl-C
+is one line and exit status 130); flag types live in ``spectool.arg_types`` and result
+tables in ``spectool.tables``.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import tempfile
@@ -28,8 +30,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["main", "run_interruptible", "build_parser", "ensure_writable_dir", "version", "OneLineErrorParser",
-           "ENTRY_POINT_GROUP", "positive_float", "nonnegative_float"]
+from .arg_types import existing_file, nonnegative_float, positive_float
+
+__all__ = ["main", "run_interruptible", "build_parser", "ensure_writable_dir", "version",
+           "OneLineErrorParser",
+           "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "spectool.commands"
 
@@ -98,30 +103,6 @@ def _providers() -> list[tuple[str, Callable[[Any], None]]]:
     return found
 
 
-def positive_float(text: str) -> float:
-    """argparse type: a number > 0 (shared by the CLIs' subcommands)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def nonnegative_float(text: str) -> float:
-    """argparse type: a finite number >= 0 (shared by the CLIs' subcommands)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
-
-
 def _modes(text: str) -> tuple[str, ...]:
     """argparse type: comma-separated replay modes."""
     modes = tuple(m.strip() for m in text.split(",") if m.strip())
@@ -149,7 +130,7 @@ def _register_replay(subparsers: Any) -> None:
                     help="latency model: extra seconds per 1000 prompt tokens (default 0)")
     rp.add_argument("--time-scale", type=positive_float, default=1.0,
                     help="real seconds per log second (e.g. 0.1 replays 10x faster)")
-    rp.add_argument("--context", type=Path, default=None,
+    rp.add_argument("--context", type=existing_file, default=None,
                     help="a file whose text is the REPL's `context` (default: from the log)")
     rp.add_argument("--tool", action="append", default=None,
                     help="another speculatable one-argument tool the cells call (repeatable)")
@@ -165,6 +146,8 @@ def _register_replay(subparsers: Any) -> None:
                          "default baseline,lazy,spec)")
     rp.add_argument("--time-limit", type=positive_float, default=3600.0,
                     help="real seconds the whole replay may take (default 3600)")
+    rp.add_argument("--json", action="store_true",
+                    help="print the report (replay.json's data) as JSON on stdout instead of the table")
 
     def handler(args: argparse.Namespace) -> int:
         from .replay import ReplayError, main as replay_main
@@ -204,10 +187,25 @@ def main(argv: list[str] | None = None) -> int:
     return run_interruptible(f"spectool {args.command}", getattr(args, "out", None), lambda: handler(args))
 
 
+def _is_interrupt(exc: BaseException) -> bool:
+    """Ctrl-C: a ``KeyboardInterrupt``, also one that a task group (anyio, asyncio, trio)
+    wrapped in an exception group, alone or beside the cancellations it caused."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        interrupts, _rest = exc.split(KeyboardInterrupt)
+        return interrupts is not None
+    return False
+
+
 def run_interruptible(label: str, out: str | os.PathLike | None, run: Callable[[], int]) -> int:
-    """``run()``; on Ctrl-C print ``<label>: interrupted`` and return 130. Whenever it
-    does not return normally, an ``out`` folder that did not exist before and is still
-    empty is removed."""
+    """``run()`` as a command: the one Ctrl-C handler of every CLI.
+
+    On Ctrl-C (``KeyboardInterrupt``, also inside an anyio/asyncio/trio run and its
+    exception groups) print one line, ``<label>: interrupted``, to stderr and return
+    130. Whenever ``run`` does not return normally, an ``out`` folder that did not exist
+    before and is still empty is removed (a folder that existed, or has content, stays).
+    """
     fresh_out = out is not None and not Path(out).exists()
     try:
         return run()
@@ -217,9 +215,9 @@ def run_interruptible(label: str, out: str | os.PathLike | None, run: Callable[[
                 Path(out).rmdir()          # only if empty: nothing written is lost
             except OSError:
                 pass
-        if not isinstance(exc, KeyboardInterrupt):
+        if not _is_interrupt(exc):
             raise
-        print(f"{label}: interrupted", file=sys.stderr)
+        print(f"{label}: interrupted", file=sys.stderr, flush=True)
         return 130
 
 

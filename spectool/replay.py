@@ -45,7 +45,7 @@ from .replay_checks import (ReplayCheckError, check_bound, check_call_counts,
                             check_latencies, occurrences)
 from .replay_log import (ReplayError, RecordedCall, ReplayLog, ReplayTurn, check_latency,
                          check_rate, load_log, parse_log)
-from .replay_report import format_table, totals, write_outputs
+from .replay_report import format_table, table_blocks, totals, write_outputs
 from .replay_tools import CallSpan, LatencyBook, Recorder, simulated_tools
 from .runtime import Runtime
 
@@ -247,6 +247,8 @@ def main(argv_args: Any) -> int:
     """The ``spectool replay`` subcommand (``argv_args``: the parsed arguments)."""
     import sys
 
+    from .tables import print_json, show
+
     context = None
     if argv_args.context is not None:
         context = Path(argv_args.context).read_text(encoding="utf-8")
@@ -259,8 +261,11 @@ def main(argv_args: Any) -> int:
         time_limit=argv_args.time_limit, modes=argv_args.modes))
     for w in report["warnings"]:
         print(f"spectool replay: warning: {w}", file=sys.stderr)
-    print(format_table(report))
-    if argv_args.out is not None:
+    if argv_args.json:
+        print_json(report)
+    else:
+        show(table_blocks(report))
+    if argv_args.out is not None:   # with --json, stdout is the JSON alone
         for p in write_outputs(report, argv_args.out):
-            print(f"wrote {p}")
+            print(f"wrote {p}", file=sys.stderr if argv_args.json else sys.stdout)
     return 0

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .tables import Block, Column, Table, text
+
 __all__ = ["totals", "format_table", "write_outputs"]
 
 
@@ -36,36 +38,39 @@ def totals(turns: list[dict[str, Any]], modes: tuple[str, ...]) -> dict[str, Any
 
 
 def format_table(report: dict[str, Any]) -> str:
-    """The report as a text table: one row per turn and one for the whole log."""
+    """The summary as plain text (``table.txt``, and stdout when it is not a terminal):
+    one row per turn and one for the whole log."""
+    return text(table_blocks(report))
+
+
+def table_blocks(report: dict[str, Any]) -> list[Block]:
+    """The summary as text lines and a table (``spectool.tables.show`` prints it)."""
     modes = report["modes"]
-    lines = [f"spectool replay ({report['format']} log, {report['turns_replayed']} turns, "
-             f"harness {report['harness']}, executor {report['executor']} (sandbox "
-             f"{report['sandbox']}); SIMULATED tools: recorded or modelled latencies, "
-             f"placeholder answers; {report['tokens_per_s']:g} tok/s unless the log says; "
-             f"times in log seconds; self-checks {report['checks']})",
-             "bound = no schedule can beat it (every call starts as soon as its tool is "
-             "first named); wasted = executions beyond the baseline's; same = output "
-             "identical to baseline"]
-    head = f"{'turn':>4}" + "".join(f"{m:>10}" for m in modes) + f"{'bound':>8}" + "".join(
-        f"{m + ' x':>9}" for m in modes[1:]) + f"{'bound x':>9}" + "".join(
-        f"{'hits ' + m:>10}{'waste':>6}" for m in modes[1:]) + f"{'same':>6}"
-    lines += [head, "-" * len(head)]
+    lines: list[Block] = [
+        f"spectool replay ({report['format']} log, {report['turns_replayed']} turns, "
+        f"harness {report['harness']}, executor {report['executor']} (sandbox "
+        f"{report['sandbox']}); SIMULATED tools: recorded or modelled latencies, "
+        f"placeholder answers; {report['tokens_per_s']:g} tok/s unless the log says; "
+        f"times in log seconds; self-checks {report['checks']})",
+        "bound = no schedule can beat it (every call starts as soon as its tool is "
+        "first named); wasted = executions beyond the baseline's; same = output "
+        "identical to baseline"]
+    columns = ([Column("turn", 4)] + [Column(m, 10) for m in modes] + [Column("bound", 8)]
+               + [Column(m + " x", 9) for m in modes[1:]] + [Column("bound x", 9)]
+               + [c for m in modes[1:] for c in (Column("hits " + m, 10), Column("waste", 6))]
+               + [Column("same", 6)])
 
-    def row(label: str, bound: float, bound_x: float | None, per: dict[str, Any]) -> str:
-        text = f"{label:>4}" + "".join(f"{per[m]['wall_s']:>10.2f}" for m in modes)
-        text += f"{bound:>8.2f}" + "".join(f"{per[m]['speedup'] or 0:>9.2f}" for m in modes[1:])
-        text += f"{bound_x or 0:>9.2f}"
-        text += "".join(f"{per[m]['hits']:>10}{per[m]['wasted']:>6}" for m in modes[1:])
-        same = all(per[m]["identical"] for m in modes)
-        return text + f"{'yes' if same else 'NO':>6}"
+    def row(label: str, bound: float, bound_x: float | None, per: dict[str, Any]) -> list[str]:
+        cells = [label] + [f"{per[m]['wall_s']:.2f}" for m in modes] + [f"{bound:.2f}"]
+        cells += [f"{per[m]['speedup'] or 0:.2f}" for m in modes[1:]] + [f"{bound_x or 0:.2f}"]
+        cells += [str(c) for m in modes[1:] for c in (per[m]["hits"], per[m]["wasted"])]
+        return cells + ["yes" if all(per[m]["identical"] for m in modes) else "NO"]
 
-    for t in report["turns"]:
-        lines.append(row(str(t["turn"]), t["bound_s"], t["bound_speedup"], t["modes"]))
     tot = report["total"]
-    lines.append("-" * len(head))
-    lines.append(row("all", tot["bound_s"], tot["bound_speedup"], tot["modes"]))
-    lines += [f"warning: {w}" for w in report.get("warnings", ())]
-    return "\n".join(lines)
+    turns = Table(columns, [row(str(t["turn"]), t["bound_s"], t["bound_speedup"], t["modes"])
+                            for t in report["turns"]],
+                  totals=[row("all", tot["bound_s"], tot["bound_speedup"], tot["modes"])])
+    return lines + [turns] + [f"warning: {w}" for w in report.get("warnings", ())]
 
 
 def write_outputs(report: dict[str, Any], out: str | Path) -> list[Path]:

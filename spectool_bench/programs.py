@@ -49,8 +49,10 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .oolong.model import Question, Window
+if TYPE_CHECKING:  # annotations only: the CLI reads SHAPES without loading the generator
+    from .oolong.model import Question, Window
 
 SHAPES = ("loop_blocking", "batched", "helper_loop", "judge", "nonspec_dep", "pure_python",
           "reassigned_loop", "batched_end", "helper_across_cells")

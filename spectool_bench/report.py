@@ -2,9 +2,11 @@
 
 Pure functions over the run dictionaries that ``spectool_bench.runner`` records (times in
 simulated seconds for simulated models). ``summarise`` gives the rows behind the
-stdout table and the JSON report; ``render_table`` formats them, naming the scorer, as
-plain fixed-width columns (``_table`` over a list of column specs): each row splits on
-white space into its values, so the tables stay easy to parse and to diff.
+stdout table and the JSON report; ``render_blocks`` lays them out, naming the scorer,
+as text lines and ``spectool.tables.Table`` s (``_table`` over a list of column specs);
+``render_table`` is its plain text: fixed-width columns, each row splits on white space
+into its values, so the tables stay easy to parse and to diff. On a terminal the CLI
+shows the same blocks as rich tables.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any, Callable
+
+from spectool.tables import Block, Column as TableColumn, Table, text
 
 from .gaps import Gap
 from .programs import MIXES, SHAPES
@@ -212,12 +216,10 @@ def _text(key: str) -> Callable[[dict[str, Any]], str]:
     return lambda r: str(r[key])
 
 
-def _table(columns: list[Column], rows: list[dict[str, Any]]) -> list[str]:
-    """The heading, a rule as wide as the heading, and one line per row."""
-    head = "".join(format(name, f"{align}{width}") for name, width, align, _ in columns)
-    return [head, "-" * len(head)] + [
-        "".join(format(cell(r), f"{align}{width}") for _, width, align, cell in columns)
-        for r in rows]
+def _table(columns: list[Column], rows: list[dict[str, Any]]) -> list[Block]:
+    """The rows as a table (plain text: heading, rule as wide as the heading, a line per row)."""
+    return [Table([TableColumn(name, width, align) for name, width, align, _ in columns],
+                  [[cell(r) for _, _, _, cell in columns] for r in rows])]
 
 
 def _run_columns(unit: str) -> list[Column]:
@@ -262,11 +264,17 @@ def _loaded_columns(unit: str) -> list[Column]:
 
 
 def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
+    """The report as plain text (``table.txt``, and stdout when it is not a terminal)."""
+    return text(render_blocks(cfg, summary))
+
+
+def render_blocks(cfg: BenchConfig, summary: dict[str, Any]) -> list[Block]:
+    """The report as text lines and tables (``spectool.tables.show`` prints it)."""
     unit = "sim s" if cfg.simulated else "s"
     label = ("SIMULATED models (spectool_bench.simulated): times are simulated seconds"
              if cfg.simulated else f"root={cfg.root_model or 'simulated'} "
                                    f"sub={cfg.sub_model or 'simulated'}")
-    lines = [f"OOLONG-style benchmark [{label}]",
+    lines: list[Block] = [f"OOLONG-style benchmark [{label}]",
              f"dataset={cfg.dataset} context_tokens={list(cfg.context_tokens)} "
              f"seeds={list(cfg.seeds)} repeats={cfg.repeats} time_scale={cfg.time_scale} "
              f"tasks={getattr(cfg, 'tasks', 'synth')}",
@@ -305,7 +313,7 @@ def render_table(cfg: BenchConfig, summary: dict[str, Any]) -> str:
                 f"{_fmt(t['spec_speedup'])} (>= 1.5: {_yn(t['speedup_ge_1_5'])}); "
                 f"{_fmt(t['pct_of_oracle'], '.0f')}% of the oracle's {_fmt(t['oracle_speedup'])}x "
                 f"(>= 90%: {_yn(t['ge_90pct_of_oracle'])})")
-    return "\n".join(lines)
+    return lines
 
 
 def _gap_lines(shape_rows: list[dict[str, Any]]) -> list[str]:

@@ -37,6 +37,8 @@ from typing import Any
 
 import anyio
 
+from spectool.tables import Block, Column, Table, text
+
 from .local_server import LocalTokenServer
 
 COMBOS = (("off", "baseline"), ("off", "spec"), ("on", "baseline"), ("on", "spec"))
@@ -133,25 +135,30 @@ async def run_two_tier(tcfg: TwoTierConfig) -> dict[str, Any]:
 
 
 def render_two_tier(report: dict[str, Any]) -> str:
-    lines = [f"both tiers: root model {report['root_model']}; sub-model {report['sub_model']}",
-             f"token speculation on = --speculative {report['token_method']} --gamma "
-             f"{report['gamma']}; both servers --target {report.get('target', 'bf16')} "
-             f"--threads {report.get('threads', 1)}; shapes {', '.join(report['shapes'])}; "
-             f"{report['context_tokens']} context tokens; max_tokens {report['max_tokens']}; "
-             f"{report['repeats']} repeats, interleaved, order rotated; warm-up untimed; "
-             "wall seconds (real)",
-             ""]
-    head = (f"{'token spec':<11}{'tool spec':<10}{'wall med':>9}{'[min, max]':>16}"
-            f"{'speed-up':>9}{'[min, max]':>14}  note")
-    lines += [head, "-" * len(head)]
-    for r in report["rows"]:
-        wall = f"[{r['wall_min_s']:.2f}, {r['wall_max_s']:.2f}]"
-        ratio = f"[{r['speedup_min']:.2f}, {r['speedup_max']:.2f}]"
-        note = "spread overlaps 1.0" if r["overlaps_1"] else ""
-        lines.append(f"{r['token_spec']:<11}{('on' if r['tool_spec'] else 'off'):<10}"
-                     f"{r['wall_median_s']:>9.2f}{wall:>16}{r['speedup_median']:>9.2f}"
-                     f"{ratio:>14}  {note}")
-    return "\n".join(lines)
+    """The 2x2 table as plain text."""
+    return text(two_tier_blocks(report))
+
+
+def two_tier_blocks(report: dict[str, Any]) -> list[Block]:
+    """The 2x2 table as text lines and a ``spectool.tables.Table``."""
+    lines: list[Block] = [
+        f"both tiers: root model {report['root_model']}; sub-model {report['sub_model']}",
+        f"token speculation on = --speculative {report['token_method']} --gamma "
+        f"{report['gamma']}; both servers --target {report.get('target', 'bf16')} "
+        f"--threads {report.get('threads', 1)}; shapes {', '.join(report['shapes'])}; "
+        f"{report['context_tokens']} context tokens; max_tokens {report['max_tokens']}; "
+        f"{report['repeats']} repeats, interleaved, order rotated; warm-up untimed; "
+        "wall seconds (real)",
+        ""]
+    columns = [Column("token spec", 11, "<"), Column("tool spec", 10, "<"), Column("wall med", 9),
+               Column("[min, max]", 16), Column("speed-up", 9), Column("[min, max]", 14),
+               Column("  note", 0, "<")]
+    rows = [[r["token_spec"], "on" if r["tool_spec"] else "off", f"{r['wall_median_s']:.2f}",
+             f"[{r['wall_min_s']:.2f}, {r['wall_max_s']:.2f}]", f"{r['speedup_median']:.2f}",
+             f"[{r['speedup_min']:.2f}, {r['speedup_max']:.2f}]",
+             "  spread overlaps 1.0" if r["overlaps_1"] else "  "]
+            for r in report["rows"]]
+    return lines + [Table(columns, rows)]
 
 
 def _machine() -> str:

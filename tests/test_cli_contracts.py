@@ -127,13 +127,54 @@ def _modules_after(code: str) -> set[str]:
     return set(out.stdout.split())
 
 
-@pytest.mark.parametrize("command", ["", "serve", "audit", "loadtest", "bench", "race"])
-def test_token_spec_help_never_imports_torch(command):
-    argv = ["--help"] if not command else [command, "--help"]
-    code = ("import sys, contextlib, io\nfrom token_spec.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
-            f"    main({argv!r})")
+def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """Every (sub)command of a parser, as the words that name it, with its parser."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from commands(sub, (*path, name))
+
+
+def every_command() -> list[tuple[str, ...]]:
+    found = [("spectool", *words) for words, _ in commands(spectool_cli.build_parser())]
+    try:
+        from token_spec.cli import build_parser
+    except ImportError:   # the core install: no token tier
+        return found
+    return found + [("token_spec", *words) for words, _ in commands(build_parser())]
+
+
+def test_every_command_is_found():
+    found = every_command()
+    for expected in [("spectool",), ("spectool", "replay"), ("spectool", "bench", "oolong")]:
+        assert expected in found
+    if "token_spec" in {c[0] for c in found}:
+        for name in ("bench", "race", "serve", "audit", "loadtest"):
+            assert ("token_spec", name) in found
+
+
+@pytest.mark.parametrize("command", every_command(), ids=" ".join)
+def test_help_of_every_command_never_imports_torch(command):
+    cli = "spectool.cli" if command[0] == "spectool" else "token_spec.cli"
+    argv = [*command[1:], "--help"]
+    code = ("import sys, contextlib, io\n"
+            f"from {cli} import main\n"
+            "text = io.StringIO()\n"
+            "with contextlib.redirect_stdout(text), contextlib.suppress(SystemExit):\n"
+            f"    main({argv!r})\n"
+            "assert text.getvalue().startswith('usage: ' + " + repr(" ".join(command)) + "), text.getvalue()")
     assert "torch" not in _modules_after(code)
+
+
+@pytest.mark.parametrize("command", every_command(), ids=" ".join)
+def test_every_command_describes_itself_for_users(command):
+    if command[0] == "spectool":
+        parser = spectool_cli.build_parser()
+    else:
+        parser = token_cli().build_parser()
+    found = dict(commands(parser))[command[1:]]
+    assert found.description and len(found.description) > 30, " ".join(command)
 
 
 def test_negative_control_a_torch_import_is_seen_by_the_help_check():

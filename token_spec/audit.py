@@ -17,8 +17,9 @@ seconds). When an endpoint exposes vLLM's ``vllm:spec_decode_*`` counters at
 ``/metrics``, the mean acceptance length ``1 + accepted / drafts`` of its requests comes
 from the counters' deltas over each domain.
 
-Writes ``audit.json`` and ``audit.png`` into ``--out`` and prints a rich table; a
-progress bar runs on stderr.
+Writes ``audit.json`` and ``audit.png`` into ``--out`` and prints the per-domain table
+(rich on a terminal, plain text elsewhere; ``--json``: the same data as JSON); a
+progress bar runs on stderr when it is a terminal.
 
 Example: ``token_spec audit http://127.0.0.1:8001/v1 http://127.0.0.1:8002/v1 --out audit-out --max-tokens 32``
 """
@@ -40,7 +41,7 @@ DOMAINS = ("coding", "agent_workflow", "creative_writing", "guardrail", "fronten
 
 
 def add_parser(sub) -> None:
-    from .arg_types import comma_list, float_within, http_url, int_at_least
+    from spectool.arg_types import comma_list, existing_file, float_within, http_url, int_at_least
 
     p = sub.add_parser("audit", help="greedy-identity audit of two OpenAI-compatible endpoints",
                        description="Do two OpenAI-compatible endpoints give the same greedy output? Sends the same "
@@ -58,7 +59,10 @@ def add_parser(sub) -> None:
     p.add_argument("--label-b", default="B", help="name of endpoint B in the report")
     p.add_argument("--api-key", default="none", help="API key sent to both endpoints (default: none)")
     p.add_argument("--timeout", type=float_within(0.0, low_open=True), default=600.0, help="seconds per request")
-    p.add_argument("--prompt-file", default=None, help="a JSONL prompt set instead of the shipped one")
+    p.add_argument("--prompt-file", type=existing_file, default=None,
+                   help="a JSONL prompt set instead of the shipped one")
+    p.add_argument("--json", action="store_true",
+                   help="print the results (audit.json's data) as JSON on stdout instead of the table")
     p.set_defaults(func=main, parser=p)
 
 
@@ -212,6 +216,7 @@ def _tau(before: dict | None, after: dict | None) -> float | None:
 
 
 def run_audit(args) -> dict:
+    from rich.console import Console
     from rich.progress import Progress
 
     domains = [d for d in args.domains.split(",") if d]
@@ -232,7 +237,8 @@ def run_audit(args) -> dict:
         raise
     rows, domain_rows = [], []
     try:
-        with Progress(transient=False, console=None) as progress:
+        stderr = Console(stderr=True)
+        with Progress(transient=False, console=stderr, disable=not stderr.is_terminal) as progress:
             task = progress.add_task("audit", total=len(chosen))
             for d in domains:
                 ma0, mb0 = a.metrics(), b.metrics()
@@ -282,20 +288,20 @@ def _f(x, spec: str) -> str:
 
 
 def render_table(result: dict):
-    from rich.table import Table
+    """The per-domain table as a ``spectool.tables.Table`` (the "all" row under a rule)."""
+    from spectool.tables import Column, Table
 
     la, lb = result["a"]["label"], result["b"]["label"]
-    t = Table(title=f"audit: {la} vs {lb} (greedy, max_tokens {result['config']['max_tokens']})")
-    for col in ("domain", "identical", "rate", "mean div. pos", f"tok/s {la}", f"tok/s {lb}", f"tau {la}",
-                f"tau {lb}"):
-        t.add_column(col, justify="left" if col == "domain" else "right")
-    for r in result["domains"]:
-        t.add_row(r["domain"], f"{r['identical']}/{r['prompts']}", _f(r["identity_rate"], ".0%"),
-                  _f(r["mean_divergence"], ".1f"), _f(r["tok_s_a"], ".1f"), _f(r["tok_s_b"], ".1f"),
-                  _f(r["tau_a"], ".2f"), _f(r["tau_b"], ".2f"))
+    columns = [Column("domain", 17, "<")] + [
+        Column(" " + col, len(col) + 1) for col in ("identical", "rate", "mean div. pos", f"tok/s {la}",
+                                                   f"tok/s {lb}", f"tau {la}", f"tau {lb}")]
+    rows = [[r["domain"], f" {r['identical']}/{r['prompts']}", " " + _f(r["identity_rate"], ".0%"),
+             " " + _f(r["mean_divergence"], ".1f"), " " + _f(r["tok_s_a"], ".1f"), " " + _f(r["tok_s_b"], ".1f"),
+             " " + _f(r["tau_a"], ".2f"), " " + _f(r["tau_b"], ".2f")] for r in result["domains"]]
     o = result["overall"]
-    t.add_row("all", f"{o['identical']}/{o['prompts']}", _f(o["identity_rate"], ".0%"), "", "", "", "", "")
-    return t
+    total = ["all", f" {o['identical']}/{o['prompts']}", " " + _f(o["identity_rate"], ".0%"), "", "", "", "", ""]
+    return Table(columns, rows, title=f"audit: {la} vs {lb} (greedy, max_tokens {result['config']['max_tokens']})",
+                 totals=[total])
 
 
 def format_markdown(result: dict) -> str:
@@ -336,9 +342,8 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from spectool.cli import ensure_writable_dir
+    from spectool.tables import print_json, show
 
     parser = getattr(args, "parser", None)
 
@@ -358,6 +363,11 @@ def main(args: argparse.Namespace) -> int:
     result["command"] = "token_spec " + " ".join(sys.argv[1:])
     (out / "audit.json").write_text(json.dumps(result, indent=1))
     plot(result, out / "audit.png")
-    Console().print(render_table(result))
-    print(f"wrote {out / 'audit.json'} and {out / 'audit.png'}")
+    wrote = f"wrote {out / 'audit.json'} and {out / 'audit.png'}"
+    if getattr(args, "json", False):   # stdout is the JSON alone
+        print_json(result)
+        print(wrote, file=sys.stderr)
+    else:
+        show([render_table(result)])
+        print(wrote)
     return 0

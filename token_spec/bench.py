@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["add_arguments", "run_bench", "format_table", "plot", "main_bench", "TARGET_CONFIGS", "OUR_DRAFTERS",
+__all__ = ["add_arguments", "run_bench", "format_table", "results_table", "plot", "main_bench", "TARGET_CONFIGS", "OUR_DRAFTERS",
            "KNOWN_DRAFTERS"]
 
 OUR_DRAFTERS = ("ngram", "suffix", "draft", "ngram+draft", "suffix+draft")
@@ -87,6 +87,8 @@ def add_arguments(b) -> None:
     b.add_argument("--llamacpp", default="auto", choices=("auto", "off"),
                    help="llama.cpp peer via llama-cpp-python (auto = when installed)")
     b.add_argument("--threads", default="0", help="comma list of torch / llama.cpp thread counts (0 = torch default)")
+    b.add_argument("--json", action="store_true",
+                   help="print the results (bench.json's data) as JSON on stdout instead of the table")
 
 
 @dataclass
@@ -572,17 +574,25 @@ def _fmt(x, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
+def results_table(result: dict):
+    """One row per (domain, threads, method) as a ``spectool.tables.Table``."""
+    from spectool.tables import Column, Table
+
+    columns = [Column("domain", 7, "<"), Column(" thr", 4), Column(" method", 27, "<"), Column(" e2e tok/s", 10),
+               Column(" dec tok/s", 10), Column(" prefill ms", 11), Column(" dec.spd", 9), Column(" tau", 6),
+               Column(" identical", 10)]
+    rows = [[r["domain"], f" {r['threads']}", f" {r['method']}", f" {_fmt(r['tokens_per_s'], '.1f')}",
+             f" {_fmt(r['decode_tokens_per_s'], '.1f')}", f" {_fmt(r['prefill_ms'], '.0f')}",
+             f" {_fmt(r['decode_speedup'], '.2f')}x", f" {_fmt(r['tau'], '.2f')}",
+             f" {r['identical_prompts'] or '-'}"] for r in result["rows"]]
+    return Table(columns, rows)
+
+
 def format_table(result: dict) -> str:
-    head = (f"{'domain':<7} {'thr':>3} {'method':<26} {'e2e tok/s':>9} {'dec tok/s':>9} {'prefill ms':>10} "
-            f"{'dec.spd':>8} {'tau':>5} {'identical':>9}")
-    lines = [head, "-" * len(head)]
-    for r in result["rows"]:
-        lines.append(
-            f"{r['domain']:<7} {r['threads']:>3} {r['method']:<26} {_fmt(r['tokens_per_s'], '9.1f')} "
-            f"{_fmt(r['decode_tokens_per_s'], '9.1f')} {_fmt(r['prefill_ms'], '10.0f')} "
-            f"{_fmt(r['decode_speedup'], '7.2f')}x {_fmt(r['tau'], '5.2f')} {r['identical_prompts'] or '-':>9}"
-        )
-    return "\n".join(lines)
+    """The results table as plain text."""
+    from spectool.tables import lines
+
+    return "\n".join(lines(results_table(result)))
 
 
 def plot(result: dict, path: Path) -> None:
@@ -622,6 +632,13 @@ def main_bench(args, argv: list[str] | None = None) -> int:
         result["command"] = "token_spec " + " ".join(argv)
     (out / "bench.json").write_text(json.dumps(result, indent=1))
     plot(result, out / "bench.png")
-    print(format_table(result))
-    print(f"\nwrote {out / 'bench.json'} and {out / 'bench.png'}")
+    from spectool.tables import print_json, show
+
+    wrote = f"wrote {out / 'bench.json'} and {out / 'bench.png'}"
+    if getattr(args, "json", False):   # stdout is the JSON alone
+        print_json(result)
+        print(wrote, file=sys.stderr)
+    else:
+        show([results_table(result)])
+        print("\n" + wrote)
     return 0

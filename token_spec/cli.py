@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .arg_types import comma_list, float_within, int_at_least, int_list
+from spectool.arg_types import comma_list, float_within, int_at_least, int_list
 
 __all__ = ["main", "build_parser", "run_bench"]
 
@@ -54,6 +54,7 @@ def _checked_types() -> dict[str, object]:
         "hybrid_model_tokens": int_at_least(1),
         "draft_confidence": float_within(0.0, 1.0),
         "temperature": float_within(0.0),
+        "seed": int_at_least(0),
         "hf": comma_list({"auto", "none", "bf16", "fp32"}),
         "hf_methods": comma_list(HF_KINDS),
         "threads": int_list(0),
@@ -73,7 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}",
                         help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    b = sub.add_parser("bench", help="benchmark vanilla vs speculative vs HF generate() vs llama.cpp")
+    b = sub.add_parser("bench", help="benchmark vanilla vs speculative vs HF generate() vs llama.cpp",
+                       description="Benchmark our vanilla and speculative decoders against Hugging Face generate() "
+                       "and llama.cpp on the shipped prompt set, interleaved in one run; writes bench.json and "
+                       "bench.png into --out and prints a table (--json: the same data as JSON).")
     add_arguments(b)
     types = _checked_types()
     for action in b._actions:
@@ -81,7 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
             action.type = types[action.dest]   # string defaults go through it too
     from .race import add_arguments as add_race_arguments
 
-    r = sub.add_parser("race", help="decode one prompt with vanilla and every drafter, replayed side by side")
+    r = sub.add_parser("race", help="decode one prompt with vanilla and every drafter, replayed side by side",
+                       description="Decode one prompt with vanilla decoding and every drafter, then replay the "
+                       "lanes side by side at their measured per-token timing; writes race.json, race.html and "
+                       "race.png into --out.")
     add_race_arguments(r, _drafter_list)
     for p in (b, r):
         p.set_defaults(parser=p)   # errors found after parsing name the sub-command
@@ -99,16 +106,17 @@ def run_bench(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse, then run the command under the shared Ctrl-C handler
+    (``spectool.cli.run_interruptible``: one line, exit status 130, no empty ``--out``)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from spectool.cli import ensure_writable_dir
-
-    from spectool.cli import run_interruptible
+    from spectool.cli import ensure_writable_dir, run_interruptible
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    out = getattr(args, "out", None)
     if args.command not in ("bench", "race"):
-        return args.func(args)
+        return run_interruptible(f"token_spec {args.command}", out, lambda: args.func(args))
 
     def run() -> int:
         try:  # before the model loads: a bad --out costs one line, not a lost run
@@ -123,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return main_bench(args, argv)
 
-    return run_interruptible(f"token_spec {args.command}", args.out, run)
+    return run_interruptible(f"token_spec {args.command}", out, run)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from .arg_types import int_at_least
+from spectool.arg_types import int_at_least
 
 __all__ = ["add_arguments", "run_race", "score", "identity", "summary_lines", "replay", "main_race",
            "LLAMACPP_LANE"]
@@ -64,6 +64,8 @@ def add_arguments(r: argparse.ArgumentParser, drafter_list) -> None:
     r.add_argument("--llamacpp", choices=("auto", "off"), default="auto",
                    help="race llama.cpp's vanilla decode too (auto = when llama-cpp-python is installed)")
     r.add_argument("--no-live", action="store_true", help="no live replay: print one summary line per lane")
+    r.add_argument("--json", action="store_true",
+                   help="print the race (race.json's data) as JSON on stdout instead of the replay")
 
 
 # -- measuring ------------------------------------------------------------------------
@@ -295,6 +297,13 @@ def main_race(args, argv: list[str] | None = None) -> int:
     (out / "race.json").write_text(json.dumps(race, indent=1, ensure_ascii=False))
     (out / "race.html").write_text(render_html(race), encoding="utf-8")
     render_png(race, out / "race.png")
+    wrote = f"wrote {out / 'race.json'}, {out / 'race.html'} and {out / 'race.png'}"
+    if getattr(args, "json", False):   # stdout is the JSON alone
+        from spectool.tables import print_json
+
+        print_json(race)
+        print(wrote, file=sys.stderr)
+        return 0
     replay(race, live=not args.no_live)
-    print(f"wrote {out / 'race.json'}, {out / 'race.html'} and {out / 'race.png'}")
+    print(wrote)
     return 0

@@ -255,3 +255,14 @@ def test_an_altered_lane_of_a_real_race_is_marked_not_identical(raced):
     assert lane["verdict"] == "no" and lane["first_divergence"] == 5
     assert '<td class="no">no</td>' in _row(render_html(altered), lane["name"])
     assert all(other["verdict"] == "yes" for other in altered["lanes"][:2])
+
+
+def test_json_prints_the_race_instead_of_the_replay(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr("token_spec.race.run_race", lambda args, log=None: _made_up_race())
+    monkeypatch.setattr("token_spec.race_page.render_png", lambda race, path: path.write_bytes(b""))
+    assert main(["race", "hi", "--out", str(tmp_path), "--json"]) == 0
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    assert [lane["name"] for lane in printed["lanes"]] == [lane["name"] for lane in _made_up_race()["lanes"]]
+    assert printed == json.loads((tmp_path / "race.json").read_text())
+    assert "race.json" in captured.err

@@ -20,7 +20,7 @@ import argparse
 import os
 import socket
 
-from ..arg_types import float_within, int_at_least, int_within
+from spectool.arg_types import float_within, int_at_least, int_within
 from .server import GATE_CHOICES, MAX_GAMMA, SPECULATIVE_METHODS, TARGET_CHOICES
 
 __all__ = ["add_subcommands", "serve_main", "add_serve_options", "MAX_GAMMA"]

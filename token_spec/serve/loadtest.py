@@ -29,12 +29,12 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["add_parser", "main", "run_loadtest", "format_table", "plot", "parse_metrics", "server_command",
+__all__ = ["add_parser", "main", "run_loadtest", "format_table", "results_table", "plot", "parse_metrics", "server_command",
            "PEER_METHODS"]
 
 
 def add_parser(sub) -> None:
-    from ..arg_types import comma_list, int_at_least, int_list, int_within
+    from spectool.arg_types import comma_list, int_at_least, int_list, int_within
     from .server import GATE_CHOICES, MAX_GAMMA, SPECULATIVE_METHODS, TARGET_CHOICES
 
     p = sub.add_parser("loadtest", help="throughput/latency of token_spec serve at 1, 4, 16 clients",
@@ -58,6 +58,8 @@ def add_parser(sub) -> None:
     p.add_argument("--gate", choices=GATE_CHOICES, default="auto", help="draft gate of the servers (default auto)")
     p.add_argument("--max-rows", type=int_within(1, 16), default=16, help="rows per forward pass (default 16)")
     p.add_argument("--threads", type=int_at_least(1), default=1, help="torch intra-op threads per server (default 1)")
+    p.add_argument("--json", action="store_true",
+                   help="print the results (loadtest.json's data) as JSON on stdout instead of the table")
     p.set_defaults(func=main, parser=p)
 
 
@@ -288,26 +290,37 @@ def _vs_none(runs: list[dict], method: str, clients: int) -> list[float]:
     return [mine[k] / base[k] for k in sorted(base.keys() & mine.keys()) if base[k] > 0]
 
 
-def format_table(result: dict) -> str:
-    """Medians over the repeats; ``min..max`` is the spread of tok/s, ``x none`` the paired
-    tok/s ratio to the no-speculation server (median and spread over the repeats)."""
+def results_table(result: dict):
+    """Medians over the repeats as a ``spectool.tables.Table``; ``min..max`` is the spread of
+    tok/s, ``x none`` the paired tok/s ratio to the no-speculation server (median and spread
+    over the repeats)."""
+    from spectool.tables import Column, Table
+
     w = max([8] + [len(r["method"]) for r in result["rows"]])  # method column: the longest name
 
     def num(value, fmt: str) -> str:
         return "-" if value is None else format(value, fmt)
 
-    head = (f"{'method':<{w}} {'clients':>7} {'tok/s':>8} {'min..max':>13} {'x none':>17} {'per client':>10} "
-            f"{'req/s':>7} {'lat p50':>8} {'lat p99':>8} {'ttft p50':>9} {'ttft p99':>9} {'tau':>5}")
-    lines = [head, "-" * len(head)]
+    columns = [Column("method", w, "<"), Column(" clients", 8), Column(" tok/s", 9), Column(" min..max", 14),
+               Column(" x none", 18), Column(" per client", 11), Column(" req/s", 8), Column(" lat p50", 9),
+               Column(" lat p99", 9), Column(" ttft p50", 10), Column(" ttft p99", 10), Column(" tau", 6)]
+    rows = []
     for r in result["rows"]:
         spread = (f"{r['tokens_per_s_min']:.1f}..{r['tokens_per_s_max']:.1f}" if "tokens_per_s_min" in r else "-")
         vs = (f"{r['vs_none']:.2f} ({r['vs_none_min']:.2f}..{r['vs_none_max']:.2f})" if "vs_none" in r else "-")
-        lines.append(f"{r['method']:<{w}} {r['clients']:>7} {r['tokens_per_s']:8.2f} {spread:>13} {vs:>17} "
-                     f"{num(r.get('tokens_per_s_per_client'), '.2f'):>10} {r['requests_per_s']:7.3f} "
-                     f"{r['latency_p50_s']:8.2f} {num(r.get('latency_p99_s'), '.2f'):>8} "
-                     f"{num(r.get('ttft_p50_s'), '.2f'):>9} {num(r.get('ttft_p99_s'), '.2f'):>9} "
-                     f"{num(r.get('mean_acceptance_length'), '.2f'):>5}")
-    return "\n".join(lines)
+        rows.append([r["method"], f" {r['clients']}", f" {r['tokens_per_s']:.2f}", f" {spread}", f" {vs}",
+                     f" {num(r.get('tokens_per_s_per_client'), '.2f')}", f" {r['requests_per_s']:.3f}",
+                     f" {r['latency_p50_s']:.2f}", f" {num(r.get('latency_p99_s'), '.2f')}",
+                     f" {num(r.get('ttft_p50_s'), '.2f')}", f" {num(r.get('ttft_p99_s'), '.2f')}",
+                     f" {num(r.get('mean_acceptance_length'), '.2f')}"])
+    return Table(columns, rows)
+
+
+def format_table(result: dict) -> str:
+    """The results table as plain text."""
+    from spectool.tables import lines
+
+    return "\n".join(lines(results_table(result)))
 
 
 def plot(result: dict, path: Path) -> None:
@@ -346,6 +359,13 @@ def main(args: argparse.Namespace) -> int:
     result["command"] = "token_spec " + " ".join(sys.argv[1:])
     (out / "loadtest.json").write_text(json.dumps(result, indent=1))
     plot(result, out / "loadtest.png")
-    print(format_table(result))
-    print(f"\nwrote {out / 'loadtest.json'} and {out / 'loadtest.png'}")
+    from spectool.tables import print_json, show
+
+    wrote = f"wrote {out / 'loadtest.json'} and {out / 'loadtest.png'}"
+    if getattr(args, "json", False):   # stdout is the JSON alone
+        print_json(result)
+        print(wrote, file=sys.stderr)
+    else:
+        show([results_table(result)])
+        print("\n" + wrote)
     return 0

@@ -1,18 +1,23 @@
-"""Checked argparse types shared by the ``token_spec`` commands.
+"""Checked argparse types shared by every command line (``spectool``, ``spectool bench``,
+``token_spec``).
 
 Each is a callable ``text -> value`` that raises ``argparse.ArgumentTypeError`` with a
 short reason; argparse prefixes the flag's name, so a bad value costs one line naming
 the flag (``token_spec serve: error: argument --port: must be within 0..65535, got 99999``)
-and exit status 2, before any model loads.
+and exit status 2, before any model loads. Standard library only: ``--help`` and flag
+checks import nothing heavy.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+from pathlib import Path
 from urllib.parse import urlsplit
 
-__all__ = ["int_within", "int_at_least", "float_within", "comma_list", "int_list", "http_url"]
+__all__ = ["int_within", "int_at_least", "float_within", "positive_float", "nonnegative_float", "comma_list",
+           "int_list", "http_url", "existing_file", "existing_path"]
 
 
 def int_within(low: int, high: int | None = None):
@@ -32,6 +37,7 @@ def int_within(low: int, high: int | None = None):
 
 
 def int_at_least(low: int):
+    """An integer >= ``low``."""
     return int_within(low)
 
 
@@ -54,6 +60,32 @@ def float_within(low: float, high: float | None = None, *, low_open: bool = Fals
 
     parse.__name__ = "float"
     return parse
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0."""
+    value = _finite(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    """A finite number >= 0."""
+    value = _finite(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
 
 
 def comma_list(allowed):
@@ -92,3 +124,22 @@ def http_url(text: str) -> str:
         raise argparse.ArgumentTypeError(f"malformed URL {text!r}: need http://HOST[:PORT]/...")
     del port
     return text
+
+
+def existing_file(text: str) -> Path:
+    """A path to a file that exists and can be read."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text!r}" if not path.exists()
+                                         else f"not a file: {text!r}")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"cannot read {text!r}")
+    return path
+
+
+def existing_path(text: str) -> Path:
+    """A path (file or folder) that exists."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"no such file or folder: {text!r}")
+    return path
