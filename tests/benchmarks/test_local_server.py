@@ -129,3 +129,18 @@ def test_the_docs_table_of_a_two_tier_file_names_its_command_and_flags_overlaps(
     assert "| on | on | 6.67 [6.25, 7.14] | 1.50 [1.40, 1.60] | 0.500 |" in md
     assert "`spectool bench oolong --sub-model local --out o`, 2026-01-01" in md
     assert "load average 0.5 at the start and 1.5 at the end" in md
+
+
+def test_the_docs_two_tier_table_is_the_rendered_data_file():
+    import json
+    from pathlib import Path
+
+    from spectool_bench.two_tier import render_markdown
+
+    root = Path(__file__).resolve().parents[2]
+    data = json.loads((root / "docs" / "results" / "two_tier.json").read_text())
+    assert data["command"].startswith("spectool bench oolong --sub-model local")
+    docs = (root / "docs" / "benchmarks.md").read_text()
+    assert render_markdown(data) in docs
+    data["rows"][1]["wall_median_s"] += 1.0       # negative control: an edited figure
+    assert render_markdown(data) not in docs
