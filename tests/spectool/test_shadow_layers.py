@@ -1,4 +1,5 @@
-"""The import graph of ``spectool``: no circles, and the shadow's layers point one way.
+"""The import graph of ``spectool`` (and of the whole project): no circles, and the
+shadow's layers point one way.
 
 Imports are read with ``ast`` from the source (every ``import`` statement: module
 level, inside functions and under ``TYPE_CHECKING`` alike), resolved to the modules of
@@ -93,6 +94,21 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_spectool_has_no_import_circle():
     assert circles(import_graph(module_sources(ROOT, "spectool"))) == []
+
+
+def test_the_whole_project_has_no_import_circle():
+    """spectool, token_spec, spectool_bench and spectool_agents (folder ``agents/``) in
+    one graph, so a circle through two packages is found too."""
+    import spectool_agents
+    import spectool_bench
+    import token_spec
+
+    sources: dict[str, str] = {}
+    for package in (spectool, token_spec, spectool_bench, spectool_agents):
+        sources.update(module_sources(Path(package.__file__).resolve().parent,
+                                      package.__name__))
+    assert len(sources) > 150
+    assert circles(import_graph(sources)) == []
 
 
 def test_a_circle_is_found_even_through_a_type_only_import():
