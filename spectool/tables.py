@@ -124,3 +124,23 @@ def print_json(data: dict[str, Any], omit: tuple[str, ...] = ()) -> None:
     """A command's result on stdout as one JSON document (``omit``: keys that are
     renderings of the data, such as a table's text)."""
     print(json.dumps({k: v for k, v in data.items() if k not in omit}, indent=1, default=str), flush=True)
+
+
+def render_file_main(prog: str, description: str, file_help: str,
+                     render: "Callable[[dict], str]", argv: "list[str] | None" = None) -> int:
+    """A command that prints ``render(json of FILE)``; a missing, malformed or
+    incomplete file gets one line naming it and exit status 2."""
+    import argparse
+    import json
+    import sys
+
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("file", help=file_help)
+    args = ap.parse_args(argv)
+    try:
+        with open(args.file) as f:
+            print(render(json.load(f)))
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"{prog}: error: {args.file}: {exc}", file=sys.stderr)
+        return 2
+    return 0

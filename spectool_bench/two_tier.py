@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import sys
 from dataclasses import dataclass, replace
@@ -40,6 +39,7 @@ import anyio
 from spectool.tables import Block, Column, Table, text
 
 from .local_server import LocalTokenServer
+from .machine import describe
 
 COMBOS = (("off", "baseline"), ("off", "spec"), ("on", "baseline"), ("on", "spec"))
 
@@ -161,19 +161,6 @@ def two_tier_blocks(report: dict[str, Any]) -> list[Block]:
     return lines + [Table(columns, rows)]
 
 
-def _machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores"
-
-
 def render_markdown(report: dict[str, Any]) -> str:
     """The docs' table of a ``two_tier.json``: one row per combination, then the line
     that says how it was measured."""
@@ -205,7 +192,7 @@ def main_two_tier(tcfg: TwoTierConfig, out: str | os.PathLike | None = None,
     start_load = os.getloadavg()[0]
     report = anyio.run(run_two_tier, tcfg)     # asyncio: litellm needs it
     report.update(command=command or "spectool bench oolong --sub-model local",
-                  date=date.today().isoformat(), machine=_machine(),
+                  date=date.today().isoformat(), machine=describe(),
                   load_average=[start_load, os.getloadavg()[0]])
     if out is not None:
         os.makedirs(out, exist_ok=True)
@@ -217,23 +204,15 @@ def main_two_tier(tcfg: TwoTierConfig, out: str | os.PathLike | None = None,
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m spectool_bench.two_tier render FILE``: the docs' table of a results file."""
-    import argparse
+    from spectool.tables import render_file_main
 
-    ap = argparse.ArgumentParser(prog="python -m spectool_bench.two_tier",
-                                 description="Render the docs' table of a two_tier.json.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("render", help="print the markdown table of a two_tier.json")
-    r.add_argument("file", help="a two_tier.json written by spectool bench oolong "
-                                "--sub-model local --out DIR")
-    args = ap.parse_args(argv)
-    try:
-        with open(args.file) as f:
-            data = json.load(f)
-        print(render_markdown(data))
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"error: {args.file}: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["render"]:
+        argv = argv[1:]
+    return render_file_main("python -m spectool_bench.two_tier render",
+                            "Render the docs' table of a two_tier.json.",
+                            "a two_tier.json written by spectool bench oolong --sub-model "
+                            "local --out DIR", render_markdown, argv)
 
 
 if __name__ == "__main__":

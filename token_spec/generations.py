@@ -15,10 +15,7 @@ that output for ``docs/results/generations_bench.json`` (a test checks it).
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,19 +92,10 @@ def render_generations(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m token_spec.generations",
-                                 description="Print the article's four drafter generations "
-                                             "with their τ from a token_spec bench file.")
-    ap.add_argument("file", help="a token_spec bench results JSON that ran eagle3, dflash:8, "
-                                 "dspark and dflash2:8")
-    args = ap.parse_args(argv)
-    try:
-        with open(args.file) as f:
-            print(render_generations(json.load(f)))
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"error: {args.file}: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    from spectool.tables import render_file_main
+
+    return render_file_main('python -m token_spec.generations', "Print the article's four drafter generations with their τ from a token_spec bench file.",
+                            'a token_spec bench results JSON that ran eagle3, dflash:8, dspark and dflash2:8', render_generations, argv)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,6 @@ that output for ``docs/results/serve_loadtest_1thread.json`` (a test checks it).
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from typing import Any
 
 __all__ = ["render_summary", "main"]
@@ -65,18 +62,10 @@ def render_summary(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m token_spec.serve.summary",
-                                 description="Print the short serving table of a "
-                                             "loadtest.json (ours against llama.cpp's server).")
-    ap.add_argument("file", help="a loadtest.json with none and llamacpp rows")
-    args = ap.parse_args(argv)
-    try:
-        with open(args.file) as f:
-            print(render_summary(json.load(f)))
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"error: {args.file}: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    from spectool.tables import render_file_main
+
+    return render_file_main('python -m token_spec.serve.summary', "Print the short serving table of a loadtest.json (ours against llama.cpp's server).",
+                            'a loadtest.json with none and llamacpp rows', render_summary, argv)
 
 
 if __name__ == "__main__":
