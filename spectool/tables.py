@@ -126,6 +126,19 @@ def print_json(data: dict[str, Any], omit: tuple[str, ...] = ()) -> None:
     print(json.dumps({k: v for k, v in data.items() if k not in omit}, indent=1, default=str), flush=True)
 
 
+def emit_result(result: dict[str, Any], blocks: Sequence[Block], wrote: str, as_json: bool,
+                *, omit: tuple[str, ...] = (), blank_line: bool = True) -> None:
+    """What a command prints once its files are written: with ``as_json`` the JSON alone
+    on stdout and the ``wrote ...`` line on stderr; otherwise the report, then that line
+    (after a blank line when ``blank_line``)."""
+    if as_json:
+        print_json(result, omit=omit)
+        print(wrote, file=sys.stderr)
+    else:
+        show(blocks)
+        print(("\n" if blank_line else "") + wrote)
+
+
 def render_file_main(prog: str, description: str, file_help: str,
                      render: "Callable[[dict], str]", argv: "list[str] | None" = None) -> int:
     """A command that prints ``render(json of FILE)``; a missing, malformed or

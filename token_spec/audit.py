@@ -343,7 +343,7 @@ def plot(result: dict, path: Path) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from spectool.cli import ensure_writable_dir
-    from spectool.tables import print_json, show
+    from spectool.tables import emit_result
 
     parser = getattr(args, "parser", None)
 
@@ -363,11 +363,7 @@ def main(args: argparse.Namespace) -> int:
     result["command"] = "token_spec " + " ".join(sys.argv[1:])
     (out / "audit.json").write_text(json.dumps(result, indent=1))
     plot(result, out / "audit.png")
-    wrote = f"wrote {out / 'audit.json'} and {out / 'audit.png'}"
-    if getattr(args, "json", False):   # stdout is the JSON alone
-        print_json(result)
-        print(wrote, file=sys.stderr)
-    else:
-        show([render_table(result)])
-        print(wrote)
+    emit_result(result, [render_table(result)],
+                f"wrote {out / 'audit.json'} and {out / 'audit.png'}",
+                getattr(args, "json", False), blank_line=False)
     return 0

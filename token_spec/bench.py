@@ -632,13 +632,8 @@ def main_bench(args, argv: list[str] | None = None) -> int:
         result["command"] = "token_spec " + " ".join(argv)
     (out / "bench.json").write_text(json.dumps(result, indent=1))
     plot(result, out / "bench.png")
-    from spectool.tables import print_json, show
+    from spectool.tables import emit_result
 
-    wrote = f"wrote {out / 'bench.json'} and {out / 'bench.png'}"
-    if getattr(args, "json", False):   # stdout is the JSON alone
-        print_json(result)
-        print(wrote, file=sys.stderr)
-    else:
-        show([results_table(result)])
-        print("\n" + wrote)
+    emit_result(result, [results_table(result)],
+                f"wrote {out / 'bench.json'} and {out / 'bench.png'}", getattr(args, "json", False))
     return 0

@@ -403,11 +403,18 @@ def _cgroup_v1_parent(controller: str) -> str | None:
     return parent if os.access(parent, os.W_OK) else None
 
 
-def _mount_point(fstype: str, option: str | None) -> str | None:
+def _proc_lines(path: str) -> list[str] | None:
+    """The lines of a ``/proc`` file, or None where it cannot be read."""
     try:
-        with open("/proc/self/mountinfo") as fh:
-            lines = fh.read().splitlines()
+        with open(path) as fh:
+            return fh.read().splitlines()
     except OSError:
+        return None
+
+
+def _mount_point(fstype: str, option: str | None) -> str | None:
+    lines = _proc_lines("/proc/self/mountinfo")
+    if lines is None:
         return None
     for line in lines:
         left, _, right = line.partition(" - ")
@@ -421,10 +428,8 @@ def _mount_point(fstype: str, option: str | None) -> str | None:
 
 def _own_cgroup(controller: str) -> str | None:
     """This process's cgroup path for a v1 controller ("" means the v2 hierarchy)."""
-    try:
-        with open("/proc/self/cgroup") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
+    lines = _proc_lines("/proc/self/cgroup")
+    if lines is None:
         return None
     for line in lines:
         _, controllers, path = line.split(":", 2)

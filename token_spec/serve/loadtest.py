@@ -359,13 +359,9 @@ def main(args: argparse.Namespace) -> int:
     result["command"] = "token_spec " + " ".join(sys.argv[1:])
     (out / "loadtest.json").write_text(json.dumps(result, indent=1))
     plot(result, out / "loadtest.png")
-    from spectool.tables import print_json, show
+    from spectool.tables import emit_result
 
-    wrote = f"wrote {out / 'loadtest.json'} and {out / 'loadtest.png'}"
-    if getattr(args, "json", False):   # stdout is the JSON alone
-        print_json(result)
-        print(wrote, file=sys.stderr)
-    else:
-        show([results_table(result)])
-        print("\n" + wrote)
+    emit_result(result, [results_table(result)],
+                f"wrote {out / 'loadtest.json'} and {out / 'loadtest.png'}",
+                getattr(args, "json", False))
     return 0
