@@ -218,7 +218,20 @@ def run_interruptible(label: str, out: str | os.PathLike | None, run: Callable[[
         if not _is_interrupt(exc):
             raise
         print(f"{label}: interrupted", file=sys.stderr, flush=True)
+        _forget_interrupt()
         return 130
+
+
+def _forget_interrupt() -> None:
+    """Keep the exit status 130 after a Ctrl-C that was handled.
+
+    CPython marks a ``KeyboardInterrupt`` as unhandled when it leaves any evaluation
+    of source text (``exec`` of a string, which ``dataclasses`` and ``namedtuple``
+    use to build methods at import time) and, at exit, may then end the process by
+    SIGINT instead of with our status, even though the interrupt was caught further
+    up. Evaluating source text again clears that mark.
+    """
+    exec("None")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,6 +8,7 @@ a command that lets the ``KeyboardInterrupt`` escape as a traceback.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -140,6 +141,39 @@ def test_ctrl_c_inside_an_anyio_task_group_is_one_line(backend, tmp_path):
     rc, err = interrupt(proc)
     assert rc == 130, err
     assert err.splitlines() == ["async: interrupted"], err
+
+
+def unhandled_interrupt_mark() -> ctypes.c_int:
+    """CPython's process-wide mark that makes the process end by SIGINT at exit."""
+    return ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt")
+
+
+def test_a_ctrl_c_that_lands_inside_exec_of_source_still_exits_130(capsys):
+    # Ctrl-C during an import often lands inside dataclasses' exec of generated source.
+    mark = unhandled_interrupt_mark()
+
+    def run() -> int:
+        exec("raise KeyboardInterrupt")
+        return 0
+
+    try:
+        assert spectool_cli.run_interruptible("x", None, run) == 130
+        assert mark.value == 0
+    finally:
+        mark.value = 0
+    assert capsys.readouterr().err == "x: interrupted\n"
+
+
+def test_negative_control_a_caught_interrupt_inside_exec_of_source_leaves_the_mark():
+    mark = unhandled_interrupt_mark()
+    try:
+        try:
+            exec("raise KeyboardInterrupt")
+        except KeyboardInterrupt:
+            pass
+        assert mark.value == 1     # the process would end by SIGINT, not with its status
+    finally:
+        mark.value = 0
 
 
 def test_negative_control_an_escaping_keyboard_interrupt_fails_the_checks(tmp_path):
