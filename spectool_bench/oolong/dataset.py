@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from .sections import sections
+
 __all__ = ["Dataset"]
 
 
@@ -32,7 +34,7 @@ class Dataset:
         """The dataset whose labels, in order, and templates are read from ``block``:
         a line ``[label]`` starts that label's templates and each other non-blank line is
         one template (indentation and trailing blanks dropped)."""
-        templates = _label_templates(block)
+        templates = sections(block)
         return cls(name, description, tuple(templates), templates, fillers, **options)
 
     def sample(self, label: str, rng: random.Random) -> str:
@@ -51,17 +53,3 @@ def _slots(template: str) -> list[str]:
 
     return [name for _, name, _, _ in string.Formatter().parse(template) if name]
 
-
-def _label_templates(block: str) -> dict[str, tuple[str, ...]]:
-    out: dict[str, list[str]] = {}
-    label = None
-    for line in block.splitlines():
-        line = line.strip()
-        if line.startswith("[") and line.endswith("]"):
-            label = line[1:-1]
-            out[label] = []
-        elif line:
-            if label is None:
-                raise ValueError(f"template {line!r} comes before any [label] line")
-            out[label].append(line)
-    return {lab: tuple(lines) for lab, lines in out.items()}
