@@ -26,7 +26,7 @@ import anyio
 
 import spectool
 
-from .machine import describe
+from .machine import at_start_and_end, describe, measured_on
 
 CELLS = {
     "exploration, no call": (
@@ -117,10 +117,8 @@ def render(data: dict) -> str:
         lo, hi = r["iqr_ms"]
         lines.append(f"| {r['cell']} | {r['configuration']} | {r['median_ms']:.1f} | "
                      f"{lo:.1f}–{hi:.1f} | {r['x_baseline']:.3f} | {r['added_us']:.0f} |")
-    start, end = data["load_average"]
-    lines += ["", f"`{data['command']}`, {data['date']}, {data['machine']}, load average "
-                  f"{start:.1f} at the start and {end:.1f} at the end; {data['simulated']}; "
-                  f"× baseline and added µs are medians over paired turns."]
+    lines += ["", f"{measured_on(data, at_start_and_end(data['load_average']))}; "
+                  f"{data['simulated']}; × baseline and added µs are medians over paired turns."]
     return "\n".join(lines)
 
 

@@ -1,11 +1,13 @@
-"""The machine a benchmark ran on, in words, for its results file."""
+"""The machine a benchmark ran on, in words, for its results file, and the note under a
+results table that says where and how it was measured."""
 
 from __future__ import annotations
 
 import os
 import platform
+from typing import Any
 
-__all__ = ["describe"]
+__all__ = ["at_start_and_end", "describe", "measured_on"]
 
 
 def describe() -> str:
@@ -20,3 +22,16 @@ def describe() -> str:
     except OSError:
         pass
     return f"{cpu}, {os.cpu_count()} cores"
+
+
+def measured_on(data: dict[str, Any], load: str | None = None) -> str:
+    """``"`command`, date, machine"`` of a results file, then ``", load average <load>"``
+    when ``load`` is given: how a table's note starts."""
+    text = f"`{data['command']}`, {data['date']}, {data['machine']}"
+    return text if load is None else f"{text}, load average {load}"
+
+
+def at_start_and_end(load: list[float] | tuple[float, float]) -> str:
+    """A ``[start, end]`` load average in words."""
+    start, end = load
+    return f"{start:.1f} at the start and {end:.1f} at the end"

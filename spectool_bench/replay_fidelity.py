@@ -31,7 +31,7 @@ import anyio
 
 from spectool.replay import load_log, replay
 
-from .machine import describe
+from .machine import describe, measured_on
 
 __all__ = ["run", "render", "main"]
 
@@ -112,8 +112,7 @@ def render(data: dict[str, Any]) -> str:
     lo, hi = data["load_average"]
     lines += ["", f"Medians of {data['repeats']} interleaved repeats (range in brackets); "
                   f"three-mode / two-mode = {data['three_over_two']:.4f}. "
-                  f"`{data['command']}`, {data['date']}, {data['machine']}, load average "
-                  f"{lo:.1f}–{hi:.1f}; {data['simulated']}."]
+                  f"{measured_on(data, f'{lo:.1f}–{hi:.1f}')}; {data['simulated']}."]
     return "\n".join(lines)
 
 

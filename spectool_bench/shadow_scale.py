@@ -28,7 +28,7 @@ from pathlib import Path
 
 import anyio
 
-from .machine import describe
+from .machine import at_start_and_end, describe, measured_on
 from .throwaway import run_child
 
 __all__ = ["MESSAGE", "CALLS", "bounds", "measure", "render", "main"]
@@ -152,10 +152,9 @@ def render(data: dict) -> str:
             f"({100 * spec['hits'] / spec['calls']:.0f}%) | {spec['no_shadow']} | "
             f"{spec['workers']} | {spec['host_peak_rss_mb']:.0f} | "
             f"{spec['total_peak_rss_mb']:.0f} |")
-    start, end = data["load_average"]
     b = data["bounds"]
-    lines += ["", f"`{data['command']}`, {data['date']}, {data['machine']}, load average "
-                  f"{start:.1f} at the start and {end:.1f} at the end; {data['simulated']}. "
+    lines += ["", f"{measured_on(data, at_start_and_end(data['load_average']))}; "
+                  f"{data['simulated']}. "
                   f"Without overhead a turn takes {b['baseline_s']:.2f} s in baseline and "
                   f"{b['oracle_s']:.2f} s at best with speculation ({b['oracle_x']:.2f}×)."]
     return "\n".join(lines)

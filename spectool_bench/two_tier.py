@@ -39,7 +39,7 @@ import anyio
 from spectool.tables import Block, Column, Table, text
 
 from .local_server import LocalTokenServer
-from .machine import describe
+from .machine import at_start_and_end, describe, measured_on
 
 COMBOS = (("off", "baseline"), ("off", "spec"), ("on", "baseline"), ("on", "spec"))
 
@@ -175,9 +175,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| {r['speedup_median']:.2f} [{r['speedup_min']:.2f}, {r['speedup_max']:.2f}]{note} "
             f"| {r['score']:.3f} |")
     load = report.get("load_average")
-    lines += ["", f"`{report['command']}`, {report['date']}, {report['machine']}"
-              + (f", load average {load[0]:.1f} at the start and {load[1]:.1f} at the end"
-                 if load else "")
+    lines += ["", measured_on(report, at_start_and_end(load) if load else None)
               + f"; root model {report['root_model']}; sub-model {report['sub_model']}, "
               f"both servers `--target {report['target']} --threads {report['threads']}`, "
               f"the 'on' server `--speculative {report['token_method']} --gamma "
