@@ -29,7 +29,7 @@ from pathlib import Path
 import anyio
 
 from .machine import at_start_and_end, describe, measured_on
-from .throwaway import run_child
+from .throwaway import child_row
 
 __all__ = ["MESSAGE", "CALLS", "bounds", "measure", "render", "main"]
 
@@ -126,10 +126,8 @@ def measure(sessions: tuple[int, ...], timeout: float = 600.0) -> list[dict]:
     rows = []
     for n in sessions:
         for mode in ("baseline", "spec"):
-            row, outcome = run_child([sys.executable, "-m", "spectool_bench.shadow_scale",
-                                      "--child", str(n), mode], timeout)
-            rows.append(row if row is not None else {"sessions": n, "mode": mode,
-                                                     "outcome": outcome})
+            rows.append(child_row("spectool_bench.shadow_scale", [str(n), mode],
+                                  {"sessions": n, "mode": mode}, timeout))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
 
