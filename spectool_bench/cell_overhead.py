@@ -118,7 +118,7 @@ def render(data: dict) -> str:
         lines.append(f"| {r['cell']} | {r['configuration']} | {r['median_ms']:.1f} | "
                      f"{lo:.1f}–{hi:.1f} | {r['x_baseline']:.3f} | {r['added_us']:.0f} |")
     lines += ["", f"{measured_on(data, at_start_and_end(data['load_average']))}; "
-                  f"{data['simulated']}; × baseline and added µs are medians over paired turns."]
+                  "× baseline and added µs are medians over paired turns."]
     return "\n".join(lines)
 
 

@@ -26,9 +26,12 @@ def describe() -> str:
 
 def measured_on(data: dict[str, Any], load: str | None = None) -> str:
     """``"`command`, date, machine"`` of a results file, then ``", load average <load>"``
-    when ``load`` is given: how a table's note starts."""
+    when ``load`` is given and ``"; <what was simulated>"`` when the file says: how a
+    table's note says where and how it was measured."""
     text = f"`{data['command']}`, {data['date']}, {data['machine']}"
-    return text if load is None else f"{text}, load average {load}"
+    if load is not None:
+        text += f", load average {load}"
+    return text + (f"; {data['simulated']}" if "simulated" in data else "")
 
 
 def at_start_and_end(load: list[float] | tuple[float, float]) -> str:

@@ -112,7 +112,7 @@ def render(data: dict[str, Any]) -> str:
     lo, hi = data["load_average"]
     lines += ["", f"Medians of {data['repeats']} interleaved repeats (range in brackets); "
                   f"three-mode / two-mode = {data['three_over_two']:.4f}. "
-                  f"{measured_on(data, f'{lo:.1f}–{hi:.1f}')}; {data['simulated']}."]
+                  f"{measured_on(data, f'{lo:.1f}–{hi:.1f}')}."]
     return "\n".join(lines)
 
 

@@ -151,8 +151,7 @@ def render(data: dict) -> str:
             f"{spec['workers']} | {spec['host_peak_rss_mb']:.0f} | "
             f"{spec['total_peak_rss_mb']:.0f} |")
     b = data["bounds"]
-    lines += ["", f"{measured_on(data, at_start_and_end(data['load_average']))}; "
-                  f"{data['simulated']}. "
+    lines += ["", f"{measured_on(data, at_start_and_end(data['load_average']))}. "
                   f"Without overhead a turn takes {b['baseline_s']:.2f} s in baseline and "
                   f"{b['oracle_s']:.2f} s at best with speculation ({b['oracle_x']:.2f}×)."]
     return "\n".join(lines)
