@@ -26,7 +26,8 @@ import anyio
 
 import spectool
 
-from .machine import at_start_and_end, describe, measured_on
+from .machine import describe
+from .markdown import at_start_and_end, markdown_table, measured_on
 
 CELLS = {
     "exploration, no call": (
@@ -111,15 +112,15 @@ def summarise(walls: dict[str, dict[str, list[float]]], repeats: int, rate: floa
 
 def render(data: dict) -> str:
     """A Markdown table of :func:`summarise`'s data."""
-    lines = ["| cell | configuration | median ms | IQR ms | × baseline | added µs |",
-             "|---|---|---|---|---|---|"]
+    rows = []
     for r in data["rows"]:
         lo, hi = r["iqr_ms"]
-        lines.append(f"| {r['cell']} | {r['configuration']} | {r['median_ms']:.1f} | "
-                     f"{lo:.1f}–{hi:.1f} | {r['x_baseline']:.3f} | {r['added_us']:.0f} |")
-    lines += ["", f"{measured_on(data, at_start_and_end(data['load_average']))}; "
-                  "× baseline and added µs are medians over paired turns."]
-    return "\n".join(lines)
+        rows.append(f"| {r['cell']} | {r['configuration']} | {r['median_ms']:.1f} | "
+                    f"{lo:.1f}–{hi:.1f} | {r['x_baseline']:.3f} | {r['added_us']:.0f} |")
+    return markdown_table(
+        ["cell", "configuration", "median ms", "IQR ms", "× baseline", "added µs"], rows,
+        f"{measured_on(data, at_start_and_end(data['load_average']))}; "
+        "× baseline and added µs are medians over paired turns.")
 
 
 def main(argv: list[str] | None = None) -> int:

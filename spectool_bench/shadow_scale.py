@@ -28,7 +28,8 @@ from pathlib import Path
 
 import anyio
 
-from .machine import at_start_and_end, describe, measured_on
+from .machine import describe
+from .markdown import at_start_and_end, markdown_table, measured_on
 from .throwaway import child_row
 
 __all__ = ["MESSAGE", "CALLS", "bounds", "measure", "render", "main"]
@@ -134,27 +135,27 @@ def measure(sessions: tuple[int, ...], timeout: float = 600.0) -> list[dict]:
 
 def render(data: dict) -> str:
     """A Markdown table of the rows, spec against baseline per session count."""
-    lines = ["| sessions | baseline wall s | spec wall s | × baseline | spec hits / calls "
-             "| turns without a shadow | workers | host peak RSS MB | host + workers "
-             "peak RSS MB |", "|---|---|---|---|---|---|---|---|---|"]
+    rows: list[str] = []
     by = {(r["sessions"], r["mode"]): r for r in data["rows"]}
     for n in sorted({r["sessions"] for r in data["rows"]}):
         base, spec = by.get((n, "baseline"), {}), by.get((n, "spec"), {})
         if "wall_s" not in base or "wall_s" not in spec:
-            lines.append(f"| {n} | {base.get('outcome', '')} | {spec.get('outcome', '')} "
-                         "| | | | | | |")
+            rows.append(f"| {n} | {base.get('outcome', '')} | {spec.get('outcome', '')} "
+                        "| | | | | | |")
             continue
-        lines.append(
+        rows.append(
             f"| {n} | {base['wall_s']:.2f} | {spec['wall_s']:.2f} | "
             f"{base['wall_s'] / spec['wall_s']:.2f} | {spec['hits']} / {spec['calls']} "
             f"({100 * spec['hits'] / spec['calls']:.0f}%) | {spec['no_shadow']} | "
             f"{spec['workers']} | {spec['host_peak_rss_mb']:.0f} | "
             f"{spec['total_peak_rss_mb']:.0f} |")
     b = data["bounds"]
-    lines += ["", f"{measured_on(data, at_start_and_end(data['load_average']))}. "
-                  f"Without overhead a turn takes {b['baseline_s']:.2f} s in baseline and "
-                  f"{b['oracle_s']:.2f} s at best with speculation ({b['oracle_x']:.2f}×)."]
-    return "\n".join(lines)
+    return markdown_table(
+        ["sessions", "baseline wall s", "spec wall s", "× baseline", "spec hits / calls",
+         "turns without a shadow", "workers", "host peak RSS MB", "host + workers peak RSS MB"],
+        rows, f"{measured_on(data, at_start_and_end(data['load_average']))}. "
+        f"Without overhead a turn takes {b['baseline_s']:.2f} s in baseline and "
+        f"{b['oracle_s']:.2f} s at best with speculation ({b['oracle_x']:.2f}×).")
 
 
 def main(argv: list[str] | None = None) -> int:
