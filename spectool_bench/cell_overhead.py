@@ -16,7 +16,6 @@ model and the tool are simulated; every number is a real wall time on this machi
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -28,6 +27,7 @@ import spectool
 
 from .machine import describe
 from .markdown import at_start_and_end, markdown_table, measured_on
+from .module_cli import module_parser
 
 CELLS = {
     "exploration, no call": (
@@ -124,8 +124,7 @@ def render(data: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spectool_bench.cell_overhead",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("spectool_bench.cell_overhead", __doc__)
     parser.add_argument("--repeats", type=int, default=30, help="turns per cell (default 30)")
     parser.add_argument("--rate", type=float, default=100.0, help="tokens/s (default 100)")
     parser.add_argument("--out", default=None, help="also write the figures as JSON here")

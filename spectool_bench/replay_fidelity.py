@@ -17,7 +17,6 @@ date, machine and load, as JSON; ``render`` prints them as a Markdown table.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -33,6 +32,7 @@ from spectool.replay import load_log, replay
 
 from .machine import describe
 from .markdown import markdown_table, measured_on
+from .module_cli import module_parser
 
 __all__ = ["run", "render", "main"]
 
@@ -118,8 +118,7 @@ def render(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spectool_bench.replay_fidelity",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("spectool_bench.replay_fidelity", __doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="replay the real logs three-mode and two-mode")
     r.add_argument("--logs", type=Path, default=LOGS, help="folder of replay JSONL logs")

@@ -30,6 +30,7 @@ import anyio
 
 from .machine import describe
 from .markdown import at_start_and_end, markdown_table, measured_on
+from .module_cli import module_parser
 from .throwaway import child_row
 
 __all__ = ["MESSAGE", "CALLS", "bounds", "measure", "render", "main"]
@@ -159,8 +160,7 @@ def render(data: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spectool_bench.shadow_scale",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("spectool_bench.shadow_scale", __doc__)
     parser.add_argument("--child", nargs=2, metavar=("SESSIONS", "MODE"),
                         help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="what")
