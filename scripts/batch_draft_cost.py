@@ -27,13 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+import offline_env  # noqa: E402,F401  (Hugging Face offline; root and scripts/ on sys.path)
 
 import torch  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from spectool_bench.machine import describe  # noqa: E402
 from token_spec.gamma import measure_pass_costs  # noqa: E402

@@ -47,24 +47,17 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+import offline_env  # noqa: E402,F401  (Hugging Face offline; root and scripts/ on sys.path)
 os.environ.setdefault("TOKEN_SPEC_NATIVE", "0")
 
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
 from build_eagle3 import (  # noqa: E402
     HS_INDEX,
-    corpus_prompts,
     kl_loss,
     optimiser,
-    stage_clock,
-    training_data,
+    start_training,
     window_batches,
 )
 from token_spec.dflash import DFlashHead, PathSelector, default_dflash_path, save_dflash  # noqa: E402
@@ -274,17 +267,13 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
 
-    train_files, held_files, prompts, held_prompts = corpus_prompts(args)
     if args.quick:
         args.steps, args.steps2, args.window = 3, 3, 128
         if args.out_dir is None:
             args.out_dir = tempfile.mkdtemp(prefix="dflash-quick-")
     out_dir = Path(args.out_dir) if args.out_dir else default_dflash_path().parent
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    times, lap = stage_clock("build_dflash")
-    target, ids, mask, feats, vals, idxs, code_train, code_held, gen_held = training_data(
-        args, train_files, held_files, prompts, held_prompts, lap)
+    times, lap, prompts, held_prompts, data = start_training(args, "build_dflash")
+    target, ids, mask, feats, vals, idxs, code_train, code_held, gen_held = data
 
     vocab_ids = load_draft(target.model).hf_model.lm_head.vocab_ids.long()
     common = {"seed": args.seed, "tap_layers": list(HS_INDEX), "threads": args.threads,

@@ -29,7 +29,6 @@ import argparse
 import hashlib
 import json
 import math
-import os
 import random
 import platform
 import sys
@@ -39,15 +38,11 @@ import time
 import zlib
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+import offline_env  # noqa: E402,F401  (Hugging Face offline; root and scripts/ on sys.path)
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from tqdm import tqdm  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from token_spec.draft_model import (  # noqa: E402
     default_weights_path,
@@ -58,7 +53,6 @@ from token_spec.draft_model import (  # noqa: E402
 from token_spec.models import HFCausalLM  # noqa: E402
 from token_spec.prompts import DOMAINS  # noqa: E402
 
-sys.path.insert(0, str(ROOT / "scripts"))
 import draft_corpus  # noqa: E402
 from token_spec.target import load_target  # noqa: E402
 

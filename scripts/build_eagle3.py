@@ -36,16 +36,11 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+import offline_env  # noqa: E402,F401  (Hugging Face offline; root and scripts/ on sys.path)
 os.environ.setdefault("TOKEN_SPEC_NATIVE", "0")  # only the Hugging Face forward is used: no C++ build needed
 
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 import build_draft  # noqa: E402
 import draft_corpus  # noqa: E402,F401
@@ -94,6 +89,18 @@ def corpus_prompts(args):
         args.code_tokens, args.heldout_code_tokens, args.max_new_tokens = 1024, 384, 12
         prompts, held_prompts = prompts[::100], held_prompts[::3]
     return train_files, held_files, prompts, held_prompts
+
+
+def start_training(args, tag: str):
+    """How both builders start: the corpus prompts, torch's threads and seed from ``args``,
+    a stage clock for ``tag`` and :func:`training_data`. Returns ``(times, lap, prompts,
+    held_prompts, data)``, ``data`` being :func:`training_data`'s tuple."""
+    train_files, held_files, prompts, held_prompts = corpus_prompts(args)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    times, lap = stage_clock(tag)
+    data = training_data(args, train_files, held_files, prompts, held_prompts, lap)
+    return times, lap, prompts, held_prompts, data
 
 
 def training_data(args, train_files, held_files, prompts, held_prompts, lap):
@@ -319,17 +326,13 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
 
-    train_files, held_files, prompts, held_prompts = corpus_prompts(args)
     if args.quick:
         args.steps = 3
         if args.out is None:
             args.out = str(Path(tempfile.mkdtemp(prefix="eagle3-quick-")) / "eagle3-smollm2.safetensors")
     out_path = Path(args.out) if args.out else default_eagle3_path()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    times, lap = stage_clock("build_eagle3")
-    target, ids, mask, feats, vals, idxs, code_train, code_held, gen_held = training_data(
-        args, train_files, held_files, prompts, held_prompts, lap)
+    times, lap, prompts, held_prompts, data = start_training(args, "build_eagle3")
+    target, ids, mask, feats, vals, idxs, code_train, code_held, gen_held = data
 
     vocab_ids = load_draft(target.model).hf_model.lm_head.vocab_ids.long()
     head = init_head(target.model, vocab_ids, args.seed)

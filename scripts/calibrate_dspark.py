@@ -26,15 +26,10 @@ import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+import offline_env  # noqa: E402,F401  (Hugging Face offline; root and scripts/ on sys.path)
 os.environ.setdefault("TOKEN_SPEC_NATIVE", "0")  # only the Hugging Face forward is used: no C++ build needed
 
 import torch  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 import build_draft  # noqa: E402
 import draft_corpus  # noqa: E402

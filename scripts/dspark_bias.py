@@ -23,18 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+import offline_env  # noqa: E402,F401  (Hugging Face offline; root and scripts/ on sys.path)
 
 import torch  # noqa: E402
 from scipy.stats import chi2  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from token_spec.draft_model import fast_draft, load_draft  # noqa: E402
 from token_spec.dspark import SurvivalSchedule, TopProbConfidence  # noqa: E402

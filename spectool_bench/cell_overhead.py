@@ -16,7 +16,6 @@ model and the tool are simulated; every number is a real wall time on this machi
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -27,6 +26,8 @@ import anyio
 import spectool
 
 from .machine import describe
+from .markdown import at_start_and_end, markdown_table, measured_on
+from .module_cli import module_parser
 
 CELLS = {
     "exploration, no call": (
@@ -111,22 +112,19 @@ def summarise(walls: dict[str, dict[str, list[float]]], repeats: int, rate: floa
 
 def render(data: dict) -> str:
     """A Markdown table of :func:`summarise`'s data."""
-    lines = ["| cell | configuration | median ms | IQR ms | × baseline | added µs |",
-             "|---|---|---|---|---|---|"]
+    rows = []
     for r in data["rows"]:
         lo, hi = r["iqr_ms"]
-        lines.append(f"| {r['cell']} | {r['configuration']} | {r['median_ms']:.1f} | "
-                     f"{lo:.1f}–{hi:.1f} | {r['x_baseline']:.3f} | {r['added_us']:.0f} |")
-    start, end = data["load_average"]
-    lines += ["", f"`{data['command']}`, {data['date']}, {data['machine']}, load average "
-                  f"{start:.1f} at the start and {end:.1f} at the end; {data['simulated']}; "
-                  f"× baseline and added µs are medians over paired turns."]
-    return "\n".join(lines)
+        rows.append(f"| {r['cell']} | {r['configuration']} | {r['median_ms']:.1f} | "
+                    f"{lo:.1f}–{hi:.1f} | {r['x_baseline']:.3f} | {r['added_us']:.0f} |")
+    return markdown_table(
+        ["cell", "configuration", "median ms", "IQR ms", "× baseline", "added µs"], rows,
+        f"{measured_on(data, at_start_and_end(data['load_average']))}; "
+        "× baseline and added µs are medians over paired turns.")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spectool_bench.cell_overhead",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("spectool_bench.cell_overhead", __doc__)
     parser.add_argument("--repeats", type=int, default=30, help="turns per cell (default 30)")
     parser.add_argument("--rate", type=float, default=100.0, help="tokens/s (default 100)")
     parser.add_argument("--out", default=None, help="also write the figures as JSON here")

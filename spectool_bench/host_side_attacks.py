@@ -33,7 +33,7 @@ from spectool.shadow_host.pool import _BOOTSTRAP, ShadowPool
 
 from .throwaway import peak_rss_kb, stall_watch
 
-from .throwaway import run_child
+from .throwaway import child_row
 
 __all__ = ["COMPROMISES", "CompromisedPool", "EXECUTOR_ATTACKS", "stalls", "main"]
 
@@ -209,14 +209,8 @@ def stalls(timeout: float = 60.0) -> list[dict]:
     cases = [("executor", a) for a in EXECUTOR_ATTACKS] + \
             [("compromised", c) for c in ("lookahead_flood", "stale_flood")]
     for family, attack in cases:
-        cmd = [sys.executable, "-m", "spectool_bench.host_side_attacks", "--child", family,
-               attack]
-        row, outcome = run_child(cmd, timeout)
-        if row is None:
-            rows.append({"family": family, "attack": attack, "outcome": outcome})
-            continue
-        row.update(family=family, attack=attack)
-        rows.append(row)
+        rows.append(child_row("spectool_bench.host_side_attacks", [family, attack],
+                              {"family": family, "attack": attack}, timeout))
     return rows
 
 

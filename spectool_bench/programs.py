@@ -102,6 +102,23 @@ _EXPLORE = (
     "```"
 )
 
+_LABELS_FROM_OUT = '    labels += out.strip().split("\\n")\n'
+_LABELS_FROM_OUTS = "labels = []\nfor out in outs:\n" + _LABELS_FROM_OUT
+_CLASSIFY = (
+    "def classify(rows):\n"
+    '    out = llm_query(PROMPT + "\\n".join(rows))\n'
+    '    return [x.strip() for x in out.strip().split("\\n")]\n'
+)
+
+
+def _chunk_loop(chunk: int, site: str) -> str:
+    """A loop that labels ``data`` ``chunk`` lines at a time, one ``site`` call each."""
+    return ("labels = []\n"
+            f"for i in range(0, len(data), {chunk}):\n"
+            f'    chunk = "\\n".join(data[i:i + {chunk}])\n'
+            f"    out = {site}\n" + _LABELS_FROM_OUT)
+
+
 _RECORDS = (
     "records = []\n"
     "for line, lab in zip(data, labels):\n"
@@ -159,6 +176,11 @@ def build_program(window: Window, question: Question, shape: str, seed: int = 0)
     turns = [_EXPLORE]
     calls: list[list[CallSpec]] = [[]]
 
+    def add_turn(msg: str, site: str) -> None:
+        """A turn whose every sub-call can start once ``site`` has streamed."""
+        turns.append(msg)
+        calls.append([CallSpec("sub", _offset_after(msg, site)) for _ in range(n_calls)])
+
     if shape == "pure_python":
         turns.append(_cell(
             "This question only needs the user ids and dates, which I can parse directly "
@@ -166,44 +188,27 @@ def build_program(window: Window, question: Question, shape: str, seed: int = 0)
         calls.append([])
     elif shape == "loop_blocking":
         site = "llm_query(PROMPT + chunk)"
-        msg = _cell(plan, data + _prompt_const(window) + (
-            "labels = []\n"
-            f"for i in range(0, len(data), {chunk}):\n"
-            f'    chunk = "\\n".join(data[i:i + {chunk}])\n'
-            f"    out = {site}\n"
-            '    labels += out.strip().split("\\n")\n'
-            'print(len(labels), "labels for", len(data), "lines")\n')
+        msg = _cell(plan, data + _prompt_const(window) + _chunk_loop(chunk, site)
+            + 'print(len(labels), "labels for", len(data), "lines")\n'
             + _RECORDS + agg + "print(result)\nFINAL(result)\n")
-        off = _offset_after(msg, site)
-        turns.append(msg)
-        calls.append([CallSpec("sub", off) for _ in range(n_calls)])
+        add_turn(msg, site)
     elif shape == "batched":
         site = "llm_query_batched(prompts)"
         msg = _cell(plan + " The chunks are independent, so I query them in one batch.",
                     data + _prompt_const(window) + (
                         f'prompts = [PROMPT + "\\n".join(data[i:i + {chunk}]) for i in range(0, len(data), {chunk})]\n'
-                        f"outs = {site}\n"
-                        "labels = []\n"
-                        "for out in outs:\n"
-                        '    labels += out.strip().split("\\n")\n')
+                        f"outs = {site}\n") + _LABELS_FROM_OUTS
                     + _RECORDS + agg + 'answer = {"content": result, "ready": True}\n')
-        off = _offset_after(msg, site)
-        turns.append(msg)
-        calls.append([CallSpec("sub", off) for _ in range(n_calls)])
+        add_turn(msg, site)
     elif shape == "helper_loop":
         site = f"classify(data[i:i + {chunk}])"
         msg = _cell(plan + " A small helper keeps the parsing in one place.",
-                    data + _prompt_const(window) + (
-                        "def classify(rows):\n"
-                        '    out = llm_query(PROMPT + "\\n".join(rows))\n'
-                        '    return [x.strip() for x in out.strip().split("\\n")]\n'
+                    data + _prompt_const(window) + _CLASSIFY + (
                         "labels = []\n"
                         f"for i in range(0, len(data), {chunk}):\n"
                         f"    labels += {site}\n"
                         'print(len(labels), "labels;", labels[:5])\n'))
-        off = _offset_after(msg, site)
-        turns.append(msg)
-        calls.append([CallSpec("sub", off) for _ in range(n_calls)])
+        add_turn(msg, site)
         turns.append(_cell("The labels look consistent. Now I aggregate them in Python.",
                            _RECORDS + agg + "print(result)\n", after="\nFINAL_VAR(result)"))
         calls.append([])
@@ -236,8 +241,7 @@ def build_program(window: Window, question: Question, shape: str, seed: int = 0)
                     data + _prompt_const(window) + first + (
                         "labels = []\n"
                         f"for i in range({chunk}, len(data) + {chunk}, {chunk}):\n"
-                        f"    out = {site}\n"
-                        '    labels += out.strip().split("\\n")\n') + body
+                        f"    out = {site}\n") + _LABELS_FROM_OUT + body
                     + _RECORDS + agg + "FINAL(result)\n")
         off0, off_body = _offset_after(msg, first), _offset_after(msg, body)
         turns.append(msg)
@@ -250,12 +254,9 @@ def build_program(window: Window, question: Question, shape: str, seed: int = 0)
                         f'prompts = [PROMPT + "\\n".join(data[i:i + {chunk}]) for i in range(0, len(data), {chunk})]\n'
                         'print(len(prompts), "prompts")\n'
                         f"outs = {site}\n"))
-        off = _offset_after(msg, site)
-        turns.append(msg)
-        calls.append([CallSpec("sub", off) for _ in range(n_calls)])
+        add_turn(msg, site)
         turns.append(_cell("All chunks are labelled. Now I count in Python.",
-                           "labels = []\nfor out in outs:\n"
-                           '    labels += out.strip().split("\\n")\n' + _RECORDS + agg
+                           _LABELS_FROM_OUTS + _RECORDS + agg
                            + 'answer["content"] = result\nanswer["ready"] = True\n'))
         calls.append([])
     elif shape == "helper_across_cells":
@@ -264,31 +265,20 @@ def build_program(window: Window, question: Question, shape: str, seed: int = 0)
             "print(len(context))\n"
             'lines = context.split("\\n")\n'
             "print(lines[1][:200])\n"
-            + data + _prompt_const(window) +
-            "def classify(rows):\n"
-            '    out = llm_query(PROMPT + "\\n".join(rows))\n'
-            '    return [x.strip() for x in out.strip().split("\\n")]\n'
-            'print(len(data), "instance lines")\n')
+            + data + _prompt_const(window) + _CLASSIFY
+            + 'print(len(data), "instance lines")\n')
         site = f"classify(data[i:i + {chunk}])"
         msg = _cell(plan + " The helper from before does the labelling.",
                     "labels = []\n"
                     f"for i in range(0, len(data), {chunk}):\n"
                     f"    labels += {site}\n"
                     + _RECORDS + agg + "FINAL(result)\n")
-        off = _offset_after(msg, site)
-        turns.append(msg)
-        calls.append([CallSpec("sub", off) for _ in range(n_calls)])
+        add_turn(msg, site)
     elif shape == "nonspec_dep":
         tool_site = "labelling_guide()"
         site = "llm_query(guide + PROMPT + chunk)"
         msg = _cell(plan + " The labelling guide from the tool goes into every prompt.",
-                    data + _prompt_const(window) + (
-                        f"guide = {tool_site}\n"
-                        "labels = []\n"
-                        f"for i in range(0, len(data), {chunk}):\n"
-                        f'    chunk = "\\n".join(data[i:i + {chunk}])\n'
-                        f"    out = {site}\n"
-                        '    labels += out.strip().split("\\n")\n')
+                    data + _prompt_const(window) + f"guide = {tool_site}\n" + _chunk_loop(chunk, site)
                     + _RECORDS + agg + "FINAL(result)\n")
         specs = [CallSpec("tool", _cell_end(msg), work=GUIDE_TOOL_S)]
         off = _offset_after(msg, site)

@@ -17,7 +17,6 @@ date, machine and load, as JSON; ``render`` prints them as a Markdown table.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -32,6 +31,8 @@ import anyio
 from spectool.replay import load_log, replay
 
 from .machine import describe
+from .markdown import markdown_table, measured_on
+from .module_cli import module_parser
 
 __all__ = ["run", "render", "main"]
 
@@ -98,28 +99,26 @@ def run(logs: Path, repeats: int, time_scale: float) -> dict[str, Any]:
 
 
 def render(data: dict[str, Any]) -> str:
-    lines = ["| log | spec × (3-mode replay) | spec × (direct 2-mode) | bound × | hits | "
-             "identical |", "|---|---|---|---|---|---|"]
+    rows: list[str] = []
     for e in data["logs"]:
         lo3, hi3 = e["three_mode_spec_x_range"]
         lo2, hi2 = e["two_mode_spec_x_range"]
-        lines.append(f"| `{e['log']}` | {e['three_mode_spec_x']:.3f} ({lo3:.3f}–{hi3:.3f}) | "
-                     f"{e['two_mode_spec_x']:.3f} ({lo2:.3f}–{hi2:.3f}) | "
-                     f"{e['bound_x']:.3f} | {e['hits']} | "
-                     f"{'yes' if e['identical'] else 'NO'} |")
-    lines.append(f"| **geomean** | **{data['geomean_three_mode_spec_x']:.3f}** | "
-                 f"**{data['geomean_two_mode_spec_x']:.3f}** | | | |")
+        rows.append(f"| `{e['log']}` | {e['three_mode_spec_x']:.3f} ({lo3:.3f}–{hi3:.3f}) | "
+                    f"{e['two_mode_spec_x']:.3f} ({lo2:.3f}–{hi2:.3f}) | "
+                    f"{e['bound_x']:.3f} | {e['hits']} | "
+                    f"{'yes' if e['identical'] else 'NO'} |")
+    rows.append(f"| **geomean** | **{data['geomean_three_mode_spec_x']:.3f}** | "
+                f"**{data['geomean_two_mode_spec_x']:.3f}** | | | |")
     lo, hi = data["load_average"]
-    lines += ["", f"Medians of {data['repeats']} interleaved repeats (range in brackets); "
-                  f"three-mode / two-mode = {data['three_over_two']:.4f}. "
-                  f"`{data['command']}`, {data['date']}, {data['machine']}, load average "
-                  f"{lo:.1f}–{hi:.1f}; {data['simulated']}."]
-    return "\n".join(lines)
+    return markdown_table(
+        ["log", "spec × (3-mode replay)", "spec × (direct 2-mode)", "bound ×", "hits", "identical"],
+        rows, f"Medians of {data['repeats']} interleaved repeats (range in brackets); "
+        f"three-mode / two-mode = {data['three_over_two']:.4f}. "
+        f"{measured_on(data, f'{lo:.1f}–{hi:.1f}')}.")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spectool_bench.replay_fidelity",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("spectool_bench.replay_fidelity", __doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="replay the real logs three-mode and two-mode")
     r.add_argument("--logs", type=Path, default=LOGS, help="folder of replay JSONL logs")

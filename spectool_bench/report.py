@@ -236,21 +236,24 @@ def _run_columns(unit: str) -> list[Column]:
             ("evict", 6, ">", _text("evicted"))]
 
 
-_SHAPE_COLUMNS: list[Column] = [
-    ("decoding", 12, "<", _text("decoding")), ("shape", 15, "<", _text("shape")),
-    ("baseline", 9, ">", _num("baseline_s", ".1f")), ("lazy", 8, ">", _num("lazy_s", ".1f")),
-    ("spec", 8, ">", _num("spec_s", ".1f")), ("spec x", 8, ">", _num("spec_speedup")),
-    ("oracle x", 9, ">", _num("oracle_speedup")), ("hits", 6, ">", _count("hits")),
-    ("waste", 6, ">", _count("wasted")),
+def _mode_columns(group: str, width: int) -> list[Column]:
+    """Decoding, the ``group`` (shape or mix) and the three modes' wall seconds."""
+    return [("decoding", 12, "<", _text("decoding")), (group, width, "<", _text(group)),
+            ("baseline", 9, ">", _num("baseline_s", ".1f")), ("lazy", 8, ">", _num("lazy_s", ".1f")),
+            ("spec", 8, ">", _num("spec_s", ".1f"))]
+
+
+_SPEC_X: Column = ("spec x", 8, ">", _num("spec_speedup"))
+_ORACLE_X: Column = ("oracle x", 9, ">", _num("oracle_speedup"))
+
+_SHAPE_COLUMNS: list[Column] = _mode_columns("shape", 15) + [
+    _SPEC_X, _ORACLE_X, ("hits", 6, ">", _count("hits")), ("waste", 6, ">", _count("wasted")),
     ("score", 7, ">", lambda r: _fmt(r.get("spec_score", r.get("baseline_score")), ".3f")),
     ("gap s", 7, ">", _num("gap_s")), ("closable s", 11, ">", _num("closable_s")),
     ("unclosable s", 13, ">", _num("unclosable_s"))]
 
-_MIX_COLUMNS: list[Column] = [
-    ("decoding", 12, "<", _text("decoding")), ("mix", 12, "<", _text("mix")),
-    ("baseline", 9, ">", _num("baseline_s", ".1f")), ("lazy", 8, ">", _num("lazy_s", ".1f")),
-    ("spec", 8, ">", _num("spec_s", ".1f")), ("lazy x", 8, ">", _num("lazy_speedup")),
-    ("spec x", 8, ">", _num("spec_speedup")), ("oracle x", 9, ">", _num("oracle_speedup"))]
+_MIX_COLUMNS: list[Column] = _mode_columns("mix", 12) + [
+    ("lazy x", 8, ">", _num("lazy_speedup")), _SPEC_X, _ORACLE_X]
 
 
 def _loaded_columns(unit: str) -> list[Column]:

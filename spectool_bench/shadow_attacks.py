@@ -43,7 +43,7 @@ import time
 
 import anyio
 
-from .throwaway import peak_rss_kb, run_child, stall_watch
+from .throwaway import child_row, peak_rss_kb, stall_watch
 
 
 
@@ -208,14 +208,10 @@ def stalls(timeout: float = 60.0, only: list[str] | None = None) -> list[dict]:
     rows = []
     for attack in only or [*ATTACKS, *HOST_WORK]:
         for shadow in ("process", "thread"):
-            cmd = [sys.executable, "-m", "spectool_bench.shadow_attacks", "--child", shadow,
-                   attack]
-            row, outcome = run_child(cmd, timeout)
-            if row is None:
-                rows.append({"attack": attack, "shadow": shadow, "outcome": outcome})
-                continue
-            row.update(attack=attack, shadow=shadow,
-                       outcome="survived, = baseline" if row["equal"] else "survived, DIFFERS")
+            row = child_row("spectool_bench.shadow_attacks", [shadow, attack],
+                            {"attack": attack, "shadow": shadow}, timeout)
+            if "equal" in row:  # the host survived
+                row["outcome"] = "survived, = baseline" if row["equal"] else "survived, DIFFERS"
             rows.append(row)
     return rows
 

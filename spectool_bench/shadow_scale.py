@@ -29,7 +29,9 @@ from pathlib import Path
 import anyio
 
 from .machine import describe
-from .throwaway import run_child
+from .markdown import at_start_and_end, markdown_table, measured_on
+from .module_cli import module_parser
+from .throwaway import child_row
 
 __all__ = ["MESSAGE", "CALLS", "bounds", "measure", "render", "main"]
 
@@ -126,44 +128,39 @@ def measure(sessions: tuple[int, ...], timeout: float = 600.0) -> list[dict]:
     rows = []
     for n in sessions:
         for mode in ("baseline", "spec"):
-            row, outcome = run_child([sys.executable, "-m", "spectool_bench.shadow_scale",
-                                      "--child", str(n), mode], timeout)
-            rows.append(row if row is not None else {"sessions": n, "mode": mode,
-                                                     "outcome": outcome})
+            rows.append(child_row("spectool_bench.shadow_scale", [str(n), mode],
+                                  {"sessions": n, "mode": mode}, timeout))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
 
 
 def render(data: dict) -> str:
     """A Markdown table of the rows, spec against baseline per session count."""
-    lines = ["| sessions | baseline wall s | spec wall s | × baseline | spec hits / calls "
-             "| turns without a shadow | workers | host peak RSS MB | host + workers "
-             "peak RSS MB |", "|---|---|---|---|---|---|---|---|---|"]
+    rows: list[str] = []
     by = {(r["sessions"], r["mode"]): r for r in data["rows"]}
     for n in sorted({r["sessions"] for r in data["rows"]}):
         base, spec = by.get((n, "baseline"), {}), by.get((n, "spec"), {})
         if "wall_s" not in base or "wall_s" not in spec:
-            lines.append(f"| {n} | {base.get('outcome', '')} | {spec.get('outcome', '')} "
-                         "| | | | | | |")
+            rows.append(f"| {n} | {base.get('outcome', '')} | {spec.get('outcome', '')} "
+                        "| | | | | | |")
             continue
-        lines.append(
+        rows.append(
             f"| {n} | {base['wall_s']:.2f} | {spec['wall_s']:.2f} | "
             f"{base['wall_s'] / spec['wall_s']:.2f} | {spec['hits']} / {spec['calls']} "
             f"({100 * spec['hits'] / spec['calls']:.0f}%) | {spec['no_shadow']} | "
             f"{spec['workers']} | {spec['host_peak_rss_mb']:.0f} | "
             f"{spec['total_peak_rss_mb']:.0f} |")
-    start, end = data["load_average"]
     b = data["bounds"]
-    lines += ["", f"`{data['command']}`, {data['date']}, {data['machine']}, load average "
-                  f"{start:.1f} at the start and {end:.1f} at the end; {data['simulated']}. "
-                  f"Without overhead a turn takes {b['baseline_s']:.2f} s in baseline and "
-                  f"{b['oracle_s']:.2f} s at best with speculation ({b['oracle_x']:.2f}×)."]
-    return "\n".join(lines)
+    return markdown_table(
+        ["sessions", "baseline wall s", "spec wall s", "× baseline", "spec hits / calls",
+         "turns without a shadow", "workers", "host peak RSS MB", "host + workers peak RSS MB"],
+        rows, f"{measured_on(data, at_start_and_end(data['load_average']))}. "
+        f"Without overhead a turn takes {b['baseline_s']:.2f} s in baseline and "
+        f"{b['oracle_s']:.2f} s at best with speculation ({b['oracle_x']:.2f}×).")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spectool_bench.shadow_scale",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("spectool_bench.shadow_scale", __doc__)
     parser.add_argument("--child", nargs=2, metavar=("SESSIONS", "MODE"),
                         help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="what")

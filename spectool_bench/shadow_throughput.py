@@ -18,7 +18,7 @@ import os
 import time
 
 from spectool.stream.segmenter import Segmenter, StatementClosed, TailChanged
-from spectool.shadow import Outcome, ShadowInterpreter, ToolInfo, WaitFor
+from spectool.shadow import Launch, Outcome, ShadowInterpreter, ToolInfo, until_wait
 
 TOOLS = {"llm_query": ToolInfo("llm_query", "pure"),
          "llm_query_batched": ToolInfo("llm_query_batched", "pure", batched_of="llm_query")}
@@ -57,10 +57,14 @@ def make_cell(target_chars: int) -> str:
 
 
 class InstantHost:
+    """Answers each launch event with a handle and each wait at once. It has no
+    ``observe`` or ``lookahead``, so the interpreter it is given to emits launches and
+    waits only (``ShadowInterpreter``'s host argument)."""
+
     def __init__(self) -> None:
         self.launched = 0
 
-    def launch(self, tool_name, args, kwargs, *, origin):
+    def answer(self, event: Launch) -> int:
         self.launched += 1
         return self.launched
 
@@ -83,14 +87,10 @@ def run_once(message: str, context: str, peek: bool = True) -> tuple[float, dict
         for event in seg.feed(message[i:i + step]):
             if isinstance(event, StatementClosed):
                 stats["statements"] += 1
-                gen = interp.run_statement(event.source, event.tree)
-                try:
-                    request = next(gen)
-                    while True:
-                        assert isinstance(request, WaitFor)
-                        request = gen.send(host.outcome(request.handle))
-                except StopIteration:
-                    pass
+                gen = interp.events(event.source, event.tree)
+                wait = until_wait(gen, None, host.answer)
+                while wait is not None:
+                    wait = until_wait(gen, host.outcome(wait.handle), host.answer)
             elif isinstance(event, TailChanged) and peek:
                 stats["tails"] += 1
                 stats["bets"] += len(interp.peek_tail(event.tail))

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 from contextlib import asynccontextmanager
 
 import anyio
 
-__all__ = ["run_child", "stall_watch", "peak_rss_kb"]
+__all__ = ["child_row", "run_child", "stall_watch", "peak_rss_kb"]
 
 
 @asynccontextmanager
@@ -59,3 +61,13 @@ def run_child(cmd: list[str], timeout: float) -> tuple[dict | None, str | None]:
         how = f"signal {sig}" if sig > 0 else str(proc.returncode)
         return None, f"host died ({how}) {proc.stderr.strip().splitlines()[-1:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1]), None
+
+
+def child_row(module: str, args: list[str], labels: dict[str, Any], timeout: float) -> dict:
+    """The row ``python -m <module> --child <args>`` prints, ``labels`` set on it; or the
+    ``labels`` and the ``outcome`` when that host froze or died (see :func:`run_child`)."""
+    row, outcome = run_child([sys.executable, "-m", module, "--child", *args], timeout)
+    if row is None:
+        return {**labels, "outcome": outcome}
+    row.update(labels)
+    return row

@@ -58,6 +58,21 @@ class Scenario:
 
 CONTEXT = "\n".join(f"record {i}: user{i % 3} wrote about topic {i % 4}" for i in range(8))
 
+
+def _loop_over_lines(name: str, server_alpha: float | None = None) -> Scenario:
+    """A loop with one call per line of ``CONTEXT`` (8 independent calls), then a count."""
+    return Scenario(
+        name,
+        "Classify each record, then count.\n```repl\n"
+        'lines = context.split("\\n")\n'
+        "labels = []\n"
+        "for line in lines:\n"
+        '    labels.append(llm_query(f"classify: {line}"))\n'
+        'print(sum(1 for x in labels if "topic" in x))\n```\n',
+        [Call('llm_query(f"classify: {line}")', repeat=8)],
+        {"context": CONTEXT}, server_alpha)
+
+
 SCENARIOS = [
     Scenario(
         "independent x4",
@@ -71,16 +86,7 @@ SCENARIOS = [
          Call('llm_query("summarise part 2 of the report")'),
          Call('llm_query("summarise part 3 of the report")'),
          Call('llm_query("summarise part 4 of the report")')]),
-    Scenario(
-        "loop over lines x8",
-        "Classify each record, then count.\n```repl\n"
-        'lines = context.split("\\n")\n'
-        "labels = []\n"
-        "for line in lines:\n"
-        '    labels.append(llm_query(f"classify: {line}"))\n'
-        'print(sum(1 for x in labels if "topic" in x))\n```\n',
-        [Call('llm_query(f"classify: {line}")', repeat=8)],
-        {"context": CONTEXT}),
+    _loop_over_lines("loop over lines x8"),
     Scenario(
         "dependent chain x3",
         "Refine the answer step by step.\n```repl\n"
@@ -144,16 +150,7 @@ SCENARIOS = [
         [Call('llm_query(note + "classify: " + line)', deps=(i - 1,) if i else ())
          for i in range(8)],
         {"context": CONTEXT}, server_alpha=0.5),
-    Scenario(
-        "loop over lines x8, loaded",
-        "Classify each record, then count.\n```repl\n"
-        'lines = context.split("\\n")\n'
-        "labels = []\n"
-        "for line in lines:\n"
-        '    labels.append(llm_query(f"classify: {line}"))\n'
-        'print(sum(1 for x in labels if "topic" in x))\n```\n',
-        [Call('llm_query(f"classify: {line}")', repeat=8)],
-        {"context": CONTEXT}, server_alpha=0.5),
+    _loop_over_lines("loop over lines x8, loaded", server_alpha=0.5),
 ]
 
 

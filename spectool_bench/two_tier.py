@@ -40,6 +40,7 @@ from spectool.tables import Block, Column, Table, text
 
 from .local_server import LocalTokenServer
 from .machine import describe
+from .markdown import at_start_and_end, markdown_table, measured_on
 
 COMBOS = (("off", "baseline"), ("off", "spec"), ("on", "baseline"), ("on", "spec"))
 
@@ -164,27 +165,25 @@ def two_tier_blocks(report: dict[str, Any]) -> list[Block]:
 def render_markdown(report: dict[str, Any]) -> str:
     """The docs' table of a ``two_tier.json``: one row per combination, then the line
     that says how it was measured."""
-    lines = ["| token speculation | tool speculation | wall s, median [min, max] "
-             "| × (off, off), median [min, max] | mean score |",
-             "|---|---|---|---|---|"]
+    rows: list[str] = []
     for r in report["rows"]:
         note = " (spread overlaps 1.0)" if r["overlaps_1"] else ""
-        lines.append(
+        rows.append(
             f"| {r['token_spec']} | {'on' if r['tool_spec'] else 'off'} "
             f"| {r['wall_median_s']:.2f} [{r['wall_min_s']:.2f}, {r['wall_max_s']:.2f}] "
             f"| {r['speedup_median']:.2f} [{r['speedup_min']:.2f}, {r['speedup_max']:.2f}]{note} "
             f"| {r['score']:.3f} |")
     load = report.get("load_average")
-    lines += ["", f"`{report['command']}`, {report['date']}, {report['machine']}"
-              + (f", load average {load[0]:.1f} at the start and {load[1]:.1f} at the end"
-                 if load else "")
+    return markdown_table(
+        ["token speculation", "tool speculation", "wall s, median [min, max]",
+         "× (off, off), median [min, max]", "mean score"],
+        rows, measured_on(report, at_start_and_end(load) if load else None)
               + f"; root model {report['root_model']}; sub-model {report['sub_model']}, "
               f"both servers `--target {report['target']} --threads {report['threads']}`, "
               f"the 'on' server `--speculative {report['token_method']} --gamma "
               f"{report['gamma']}`; shapes {', '.join(report['shapes'])}, "
               f"{report['context_tokens']} context tokens, max_tokens {report['max_tokens']}, "
-              f"{report['repeats']} repeats interleaved."]
-    return "\n".join(lines)
+              f"{report['repeats']} repeats interleaved.")
 
 
 def main_two_tier(tcfg: TwoTierConfig, out: str | os.PathLike | None = None,

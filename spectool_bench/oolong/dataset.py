@@ -2,13 +2,16 @@
 
 A :class:`Dataset` maps a label to a list of templates and the slot fillers they draw
 from; :meth:`Dataset.sample` renders one instance text for a label, deterministically
-given the caller's ``random.Random``. The ten pools are in :mod:`.pools`.
+given the caller's ``random.Random``. :meth:`Dataset.from_text` reads a dataset's
+labels and templates from one text block. The ten pools are in :mod:`.pools`.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+
+from .sections import sections
 
 __all__ = ["Dataset"]
 
@@ -25,6 +28,15 @@ class Dataset:
     label_wrappers: dict[str, tuple[str, ...]] | None = None
     tails: tuple[str, ...] = ("",)  # label-neutral endings appended to the text
 
+    @classmethod
+    def from_text(cls, name: str, description: str, block: str,
+                  fillers: dict[str, tuple[str, ...]], **options) -> Dataset:
+        """The dataset whose labels, in order, and templates are read from ``block``:
+        a line ``[label]`` starts that label's templates and each other non-blank line is
+        one template (indentation and trailing blanks dropped)."""
+        templates = sections(block)
+        return cls(name, description, tuple(templates), templates, fillers, **options)
+
     def sample(self, label: str, rng: random.Random) -> str:
         """One instance text for ``label`` (deterministic given ``rng``)."""
         template = rng.choice(self.templates[label])
@@ -40,3 +52,4 @@ def _slots(template: str) -> list[str]:
     import string
 
     return [name for _, name, _, _ in string.Formatter().parse(template) if name]
+

@@ -23,59 +23,37 @@ _REVIEW_FILLERS = {
               "a waste of two hours", "lifeless", "an insult to the audience",
               "tedious and confused"),
     "n": ("three", "four", "two", "five", "several"),
-}
-
-IMDB = Dataset(
-    name="imdb",
-    description="movie reviews",
-    labels=("positive", "negative"),
-    templates={
-        "positive": (
-            "I went in with low expectations and {film} turned out to be {praise}; {part} alone is reason enough to go.",
-            "{film} is {praise}. I have seen it {n} times and {part} still gets me.",
-            "Loved it. {part} in {film} is {praise} and I will recommend it to everyone.",
-            "What a surprise: {film} is {praise}, and {part} deserves every award it gets.",
-            "Ten out of ten. {film} is {praise} and {part} is the best I have seen this year.",
-        ),
-        "negative": (
-            "I went in with high hopes and {film} turned out to be {scorn}; {part} alone ruined it.",
-            "{film} is {scorn}. I walked out after {n} scenes because {part} made no sense.",
-            "Hated it. {part} in {film} is {scorn} and I want my money back.",
-            "What a letdown: {film} is {scorn}, and {part} should never have been approved.",
-            "One out of ten. {film} is {scorn} and {part} is the worst I have seen this year.",
-        ),
-    },
-    fillers=_REVIEW_FILLERS,
-)
-
-_IMDB_MORE = {
     "who": ("my partner", "my brother", "the whole family", "a friend from work", "my kids",
             "my grandmother", "the film club", "my flatmate", "two colleagues", "my sister"),
     "when": ("on a rainy Sunday", "at a midnight screening", "on a long flight",
              "after a hard week", "at the local cinema", "on opening night", "on a streaming whim",
              "at a festival", "on a school night", "during the holidays"),
 }
-IMDB = Dataset(
-    name="imdb",
-    description="movie reviews",
-    labels=("negative", "positive"),
-    templates={
-        "positive": IMDB.templates["positive"] + (
-            "Watched {film} with {who} {when}; {part} had us all cheering and {film} is {praise}.",
-            "I rarely write reviews, but {film} is {praise}. {part} stayed with me for days.",
-            "Saw {film} {when} and it was {praise}; {who} wants to go again because of {part}.",
-            "Every scene of {film} earns its place. {part} is {praise}, and {who} agreed.",
-            "If {part} is anything to go by, the director is a talent: {film} is {praise}.",
-        ),
-        "negative": IMDB.templates["negative"] + (
-            "Watched {film} with {who} {when}; {part} had us checking our phones and {film} is {scorn}.",
-            "I rarely write reviews, but {film} is {scorn}. {part} felt like an afterthought.",
-            "Saw {film} {when} and it was {scorn}; {who} fell asleep before {part} even started.",
-            "Nothing in {film} earns its place. {part} is {scorn}, and {who} agreed.",
-            "If {part} is anything to go by, nobody cared: {film} is {scorn}.",
-        ),
-    },
-    fillers={**_REVIEW_FILLERS, **_IMDB_MORE},
+IMDB = Dataset.from_text("imdb", "movie reviews", """
+    [negative]
+    I went in with high hopes and {film} turned out to be {scorn}; {part} alone ruined it.
+    {film} is {scorn}. I walked out after {n} scenes because {part} made no sense.
+    Hated it. {part} in {film} is {scorn} and I want my money back.
+    What a letdown: {film} is {scorn}, and {part} should never have been approved.
+    One out of ten. {film} is {scorn} and {part} is the worst I have seen this year.
+    Watched {film} with {who} {when}; {part} had us checking our phones and {film} is {scorn}.
+    I rarely write reviews, but {film} is {scorn}. {part} felt like an afterthought.
+    Saw {film} {when} and it was {scorn}; {who} fell asleep before {part} even started.
+    Nothing in {film} earns its place. {part} is {scorn}, and {who} agreed.
+    If {part} is anything to go by, nobody cared: {film} is {scorn}.
+    [positive]
+    I went in with low expectations and {film} turned out to be {praise}; {part} alone is reason enough to go.
+    {film} is {praise}. I have seen it {n} times and {part} still gets me.
+    Loved it. {part} in {film} is {praise} and I will recommend it to everyone.
+    What a surprise: {film} is {praise}, and {part} deserves every award it gets.
+    Ten out of ten. {film} is {praise} and {part} is the best I have seen this year.
+    Watched {film} with {who} {when}; {part} had us all cheering and {film} is {praise}.
+    I rarely write reviews, but {film} is {praise}. {part} stayed with me for days.
+    Saw {film} {when} and it was {praise}; {who} wants to go again because of {part}.
+    Every scene of {film} earns its place. {part} is {praise}, and {who} agreed.
+    If {part} is anything to go by, the director is a talent: {film} is {praise}.
+""",
+    fillers=_REVIEW_FILLERS,
 )
 
 
@@ -94,32 +72,26 @@ _SMS_FILLERS = {
     "num": ("80086", "87121", "69669", "85023", "81010", "88039", "62468", "83355"),
     "fee": ("1.50", "3", "2.50", "0.75", "4.50", "1"),
 }
-SPAM = Dataset(
-    name="spam",
-    description="text messages",
-    labels=("ham", "spam"),
-    templates={
-        "ham": (
-            "Hey {name}, u still coming to {place} at {time}?",
-            "Can you grab {thing} on your way back from {place}",
-            "Running late, be at {place} {time}. Sorry!!",
-            "{name} says hi. Did you find {thing}?",
-            "Ok see you at {place} then. Dont forget {thing} lol",
-            "Just got to {place}, where r u? Call me {time}",
-            "Thanks for {thing} yesterday, {name} loved it",
-            "I left {thing} at {place}, can u check {time}?",
-        ),
-        "spam": (
-            "URGENT! You have won {prize}. Text {code} to {num} now. {fee}/msg",
-            "Congratulations! Your number was selected for {prize}. Call {num} to collect. T&Cs apply",
-            "FREE entry to our weekly draw for {prize}! Txt {code} to {num}. Cost {fee} per week",
-            "Final notice: {prize} is waiting for you. Reply {code} before midnight. {fee}/min",
-            "You are a WINNER! Claim {prize} today by texting {code} to {num}",
-            "Exclusive offer: {prize} for loyal customers. Send {code} to {num}, {fee} per txt",
-            "Your mobile account is due an upgrade plus {prize}. Call {num} free now",
-            "Last chance! {prize} reserved in your name. Text {code} to {num} to opt in",
-        ),
-    },
+SPAM = Dataset.from_text("spam", "text messages", """
+    [ham]
+    Hey {name}, u still coming to {place} at {time}?
+    Can you grab {thing} on your way back from {place}
+    Running late, be at {place} {time}. Sorry!!
+    {name} says hi. Did you find {thing}?
+    Ok see you at {place} then. Dont forget {thing} lol
+    Just got to {place}, where r u? Call me {time}
+    Thanks for {thing} yesterday, {name} loved it
+    I left {thing} at {place}, can u check {time}?
+    [spam]
+    URGENT! You have won {prize}. Text {code} to {num} now. {fee}/msg
+    Congratulations! Your number was selected for {prize}. Call {num} to collect. T&Cs apply
+    FREE entry to our weekly draw for {prize}! Txt {code} to {num}. Cost {fee} per week
+    Final notice: {prize} is waiting for you. Reply {code} before midnight. {fee}/min
+    You are a WINNER! Claim {prize} today by texting {code} to {num}
+    Exclusive offer: {prize} for loyal customers. Send {code} to {num}, {fee} per txt
+    Your mobile account is due an upgrade plus {prize}. Call {num} free now
+    Last chance! {prize} reserved in your name. Text {code} to {num} to opt in
+""",
     fillers=_SMS_FILLERS,
     tails=("", " x", " :)", " ok?", " !", " xx", " ;)", " .."),
     wrappers=("{}", "Fwd: {}", "{} (sent from my phone)", "RE: {}", "{} [1/1]", "Msg: {}"),
@@ -137,32 +109,26 @@ _APP_FILLERS = {
              "the offline mode", "the sharing button", "the home screen", "the settings page"),
     "days": ("two days", "a week", "a month", "three months", "a year", "ten minutes"),
 }
-APP_REVIEWS = Dataset(
-    name="app_reviews",
-    description="reviews of software applications",
-    labels=("negative", "positive"),
-    templates={
-        "positive": (
-            "Love {app}, {feat} works perfectly. Five stars",
-            "Great app! {feat} is fast and simple",
-            "{app} does exactly what I need and {feat} is brilliant",
-            "Best one I have tried, {feat} saves me so much time",
-            "Really useful, {app} never lets me down. Thanks devs",
-            "Been using {app} for {days} and {feat} keeps getting better",
-            "{feat} in {app} is so smooth, worth every penny",
-            "Switched to {app} {days} ago, {feat} is miles ahead of the rest",
-        ),
-        "negative": (
-            "{app} keeps crashing since {feat} changed. Uninstalled",
-            "Terrible, {feat} never works and support ignores me",
-            "{app} drains my battery and {feat} is broken. One star",
-            "Worst update ever, {feat} deleted my data",
-            "Useless, {app} freezes every time I open {feat}",
-            "Used {app} for {days} and {feat} still fails every single time",
-            "{feat} in {app} is a mess, please fix it",
-            "Gave {app} {days} to improve, {feat} only got worse",
-        ),
-    },
+APP_REVIEWS = Dataset.from_text("app_reviews", "reviews of software applications", """
+    [negative]
+    {app} keeps crashing since {feat} changed. Uninstalled
+    Terrible, {feat} never works and support ignores me
+    {app} drains my battery and {feat} is broken. One star
+    Worst update ever, {feat} deleted my data
+    Useless, {app} freezes every time I open {feat}
+    Used {app} for {days} and {feat} still fails every single time
+    {feat} in {app} is a mess, please fix it
+    Gave {app} {days} to improve, {feat} only got worse
+    [positive]
+    Love {app}, {feat} works perfectly. Five stars
+    Great app! {feat} is fast and simple
+    {app} does exactly what I need and {feat} is brilliant
+    Best one I have tried, {feat} saves me so much time
+    Really useful, {app} never lets me down. Thanks devs
+    Been using {app} for {days} and {feat} keeps getting better
+    {feat} in {app} is so smooth, worth every penny
+    Switched to {app} {days} ago, {feat} is miles ahead of the rest
+""",
     fillers=_APP_FILLERS,
     tails=("", " (phone model: Pixel)", " - on Android 12", " via the store app", " #review", " :/",
            " ...", " (3rd review)"),

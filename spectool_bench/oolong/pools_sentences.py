@@ -28,40 +28,32 @@ _NEWS_FILLERS = {
             "astronomers", "Apple", "Nokia"),
     "pct": ("3", "7", "12", "2.5", "18", "40", "5"),
 }
-AGNEWS = Dataset(
-    name="agnews",
-    description="short news articles",
-    labels=("World", "Sports", "Business", "Sci/Tech"),
-    templates={
-        "World": (
-            "Talks collapse in {country}. {leader} walked out of the meeting on Tuesday, officials said.",
-            "Clashes leave dozens dead in {country}. Troops were sent after {leader} called for calm.",
-            "{country} votes amid tension. Observers say {leader} face a tight race.",
-            "Aid reaches flood victims in {country}. {leader} promised further help.",
-            "Embassy attacked in {country}. {leader} condemned the assault and closed the border.",
-        ),
-        "Sports": (
-            "{team} rally late to win. {athlete} scored twice as the visitors held on.",
-            "{athlete} withdraws with injury. {team} will start the season without a key player.",
-            "{team} clinch the title. Fans celebrated after {athlete} sealed the final game.",
-            "{athlete} sets a new record. The crowd rose as {team} lost in the semifinal.",
-            "Coach fired after {team} slump. {athlete} said the squad had lost its way.",
-        ),
-        "Business": (
-            "{firm} profit jumps {pct} percent. Shares rose as quarterly sales beat forecasts.",
-            "{firm} to cut jobs. The company said costs had risen {pct} percent this year.",
-            "Oil prices climb {pct} percent. {firm} warned that fuel costs would squeeze margins.",
-            "{firm} agrees to buy a rival. The deal values the target at a {pct} percent premium.",
-            "Stocks slide on rate fears. {firm} led the decline, falling {pct} percent.",
-        ),
-        "Sci/Tech": (
-            "{lab} unveils {gadget}. The device could reach shops by next spring.",
-            "{lab} reports progress on {gadget}. Tests showed a {pct} percent gain in speed.",
-            "Hackers target {lab}. A flaw in {gadget} left millions of users exposed.",
-            "{lab} launches {gadget}. Engineers hope it will map distant planets.",
-            "Open-source rival to {gadget} gains ground. {lab} says it will respond soon.",
-        ),
-    },
+AGNEWS = Dataset.from_text("agnews", "short news articles", """
+    [World]
+    Talks collapse in {country}. {leader} walked out of the meeting on Tuesday, officials said.
+    Clashes leave dozens dead in {country}. Troops were sent after {leader} called for calm.
+    {country} votes amid tension. Observers say {leader} face a tight race.
+    Aid reaches flood victims in {country}. {leader} promised further help.
+    Embassy attacked in {country}. {leader} condemned the assault and closed the border.
+    [Sports]
+    {team} rally late to win. {athlete} scored twice as the visitors held on.
+    {athlete} withdraws with injury. {team} will start the season without a key player.
+    {team} clinch the title. Fans celebrated after {athlete} sealed the final game.
+    {athlete} sets a new record. The crowd rose as {team} lost in the semifinal.
+    Coach fired after {team} slump. {athlete} said the squad had lost its way.
+    [Business]
+    {firm} profit jumps {pct} percent. Shares rose as quarterly sales beat forecasts.
+    {firm} to cut jobs. The company said costs had risen {pct} percent this year.
+    Oil prices climb {pct} percent. {firm} warned that fuel costs would squeeze margins.
+    {firm} agrees to buy a rival. The deal values the target at a {pct} percent premium.
+    Stocks slide on rate fears. {firm} led the decline, falling {pct} percent.
+    [Sci/Tech]
+    {lab} unveils {gadget}. The device could reach shops by next spring.
+    {lab} reports progress on {gadget}. Tests showed a {pct} percent gain in speed.
+    Hackers target {lab}. A flaw in {gadget} left millions of users exposed.
+    {lab} launches {gadget}. Engineers hope it will map distant planets.
+    Open-source rival to {gadget} gains ground. {lab} says it will respond soon.
+""",
     fillers=_NEWS_FILLERS,
     tails=("", " (AP)", " (Reuters)", " (AFP)", " (CP)", " (Canadian Press)", " - report",
            " (dpa)"),
@@ -115,11 +107,14 @@ _CLAIM_FILLERS = {  # members and non-members drawn equally often (one template 
     "hold_m": _kind_claims(True, False), "hold_n": _kind_claims(False, True),
     "fail_m": _kind_claims(True, True), "fail_n": _kind_claims(False, False),
 }
-NEGATION = Dataset(
-    name="negation",
-    description="sentences",
-    labels=("True", "False"),
-    templates={"True": ("{hold_m}.", "{hold_n}."), "False": ("{fail_m}.", "{fail_n}.")},
+NEGATION = Dataset.from_text("negation", "sentences", """
+    [True]
+    {hold_m}.
+    {hold_n}.
+    [False]
+    {fail_m}.
+    {fail_n}.
+""",
     fillers=_CLAIM_FILLERS,
     wrappers=("{}", "Claim: {}", "{} (quiz item)", "Statement: {}", "Fact check: {}",
               "{} (from a worksheet)", "Assertion: {}", "{} (heard in class)"),
@@ -152,34 +147,28 @@ _STYLE_FILLERS = {
     "feel": ("obsessed", "so done", "dead", "shook", "vibing", "mad", "hyped", "bored af",
              "crying", "over it"),
 }
-FORMALITY = Dataset(
-    name="formality",
-    description="sentences",
-    labels=("formal", "informal"),
-    templates={
-        "formal": (
-            "We regret to inform you that {topic} has been postponed until further notice.",
-            "{body} has reviewed {topic} and will issue its recommendations {when}.",
-            "Please find attached a summary of {topic} for your consideration {when}.",
-            "It is the considered opinion of {body2} that {topic} warrants further examination.",
-            "Kindly direct any inquiries regarding {topic} to {body2} {when}.",
-            "In accordance with established procedure, {topic} shall be circulated {when}.",
-            "{body} wishes to acknowledge receipt of {topic} and will respond {when}.",
-            "Members are requested to review {topic} and submit their observations {when}.",
-            "{body} has resolved that {topic} be deferred and reconsidered {when}.",
-        ),
-        "informal": (
-            "{slang} {thing} was soooo good, u gotta check it out",
-            "cant believe {thing} did that {slang}, {mate} is {feel}",
-            "yo did u see {thing}?? {slang}",
-            "{thing} is kinda meh tbh, not gonna lie {slang}",
-            "ugh {thing} again... whatever {slang}",
-            "me and {mate} totally loved {thing} {slang}",
-            "{mate} showed me {thing} and im {feel} {slang}",
-            "not {thing} making me {feel} again {slang}",
-            "{thing} rn >>> everything, {mate} agrees {slang}",
-        ),
-    },
+FORMALITY = Dataset.from_text("formality", "sentences", """
+    [formal]
+    We regret to inform you that {topic} has been postponed until further notice.
+    {body} has reviewed {topic} and will issue its recommendations {when}.
+    Please find attached a summary of {topic} for your consideration {when}.
+    It is the considered opinion of {body2} that {topic} warrants further examination.
+    Kindly direct any inquiries regarding {topic} to {body2} {when}.
+    In accordance with established procedure, {topic} shall be circulated {when}.
+    {body} wishes to acknowledge receipt of {topic} and will respond {when}.
+    Members are requested to review {topic} and submit their observations {when}.
+    {body} has resolved that {topic} be deferred and reconsidered {when}.
+    [informal]
+    {slang} {thing} was soooo good, u gotta check it out
+    cant believe {thing} did that {slang}, {mate} is {feel}
+    yo did u see {thing}?? {slang}
+    {thing} is kinda meh tbh, not gonna lie {slang}
+    ugh {thing} again... whatever {slang}
+    me and {mate} totally loved {thing} {slang}
+    {mate} showed me {thing} and im {feel} {slang}
+    not {thing} making me {feel} again {slang}
+    {thing} rn >>> everything, {mate} agrees {slang}
+""",
     fillers={**_STYLE_FILLERS, "body2": tuple(b[0].lower() + b[1:] for b in _STYLE_FILLERS["body"])},
     label_wrappers={
         "formal": ("{}", "{} Thank you for your attention.", "Dear colleagues, {}", "{} Regards.",
@@ -206,30 +195,23 @@ _NLI_FILLERS = {
               "near the river", "after lunch", "at the harbour", "on Sunday", "in the garden",
               "late at night", "behind the church"),
 }
-MULTINLI = Dataset(
-    name="multinli",
-    description="pairs of sentences",
-    labels=("entailment", "neutral", "contradiction"),
-    templates={
-        "entailment": (
-            "{who} {act} {place}. -> Someone {act}.",
-            "{who} {act} {place}. -> Something happened {place}.",
-            "{who} {act} with great care {place}. -> {who} {act}.",
-            "{who} {act} {place} and then left. -> {who} {act} before leaving.",
-        ),
-        "neutral": (
-            "{who} {act} {place}. -> {who} was paid well for it.",
-            "{who} {act} {place}. -> It was the first time {who} had done so.",
-            "{who} {act} {place}. -> A crowd gathered to watch.",
-            "{who} {act} {place}. -> {who} was in a hurry.",
-        ),
-        "contradiction": (
-            "{who} {act} {place}. -> Nobody {act} {place}.",
-            "{who} {act} {place}. -> {who} stayed home and did nothing at all.",
-            "{who} {act} {place}. -> {who} refused to do anything {place}.",
-            "{who} {act} {place}. -> {who} was abroad and never {act}.",
-        ),
-    },
+MULTINLI = Dataset.from_text("multinli", "pairs of sentences", """
+    [entailment]
+    {who} {act} {place}. -> Someone {act}.
+    {who} {act} {place}. -> Something happened {place}.
+    {who} {act} with great care {place}. -> {who} {act}.
+    {who} {act} {place} and then left. -> {who} {act} before leaving.
+    [neutral]
+    {who} {act} {place}. -> {who} was paid well for it.
+    {who} {act} {place}. -> It was the first time {who} had done so.
+    {who} {act} {place}. -> A crowd gathered to watch.
+    {who} {act} {place}. -> {who} was in a hurry.
+    [contradiction]
+    {who} {act} {place}. -> Nobody {act} {place}.
+    {who} {act} {place}. -> {who} stayed home and did nothing at all.
+    {who} {act} {place}. -> {who} refused to do anything {place}.
+    {who} {act} {place}. -> {who} was abroad and never {act}.
+""",
     fillers=_NLI_FILLERS,
 )
 
@@ -247,52 +229,46 @@ _METAPHOR_FILLERS = {
                "The school nurse", "Her grandson", "The plumber", "Our headteacher",
                "The second violinist", "My brother-in-law", "The goalkeeper", "Our mechanic"),
 }
-METAPHORS = Dataset(
-    name="metaphors",
-    description="pairs of sentences",
-    labels=("correct", "incorrect"),
-    templates={
-        "correct": (
-            "{person} is a rock. <--> {person} is dependable and steady.",
-            "{person} has a heart of gold. <--> {person} is very kind.",
-            "{person} is a night owl. <--> {person} stays up late.",
-            "{person} is drowning in paperwork. <--> {person} has too many documents to handle.",
-            "{person} got cold feet. <--> {person} became nervous and hesitated.",
-            "{person} is a walking encyclopedia. <--> {person} knows a great many facts.",
-            "{person} has a green thumb. <--> {person} is good at growing plants.",
-            "{person} is on cloud nine. <--> {person} is extremely happy.",
-            "{person} spilled the beans. <--> {person} revealed a secret.",
-            "{person} is a couch potato. <--> {person} spends a lot of time sitting and watching TV.",
-            "{person} broke the ice. <--> {person} eased the tension at the start of the meeting.",
-            "{person} has butterflies in the stomach. <--> {person} feels nervous.",
-            "{person} is a bookworm. <--> {person} loves reading.",
-            "{person} hit the books. <--> {person} studied hard.",
-            "{person} has a memory like a sieve. <--> {person} forgets things easily.",
-            "{person} is the black sheep of the family. <--> {person} is the odd one out among relatives.",
-            "{person} let the cat out of the bag. <--> {person} told everyone the plan by accident.",
-            "{person} is a fish out of water. <--> {person} feels out of place.",
-        ),
-        "incorrect": (
-            "{person} is a rock. <--> {person} is made of stone.",
-            "{person} has a heart of gold. <--> {person} had surgery with metal parts.",
-            "{person} is a night owl. <--> {person} is a bird with feathers.",
-            "{person} is drowning in paperwork. <--> {person} fell into a pool of water.",
-            "{person} got cold feet. <--> {person} forgot to wear socks in winter.",
-            "{person} is a walking encyclopedia. <--> {person} is a printed book on legs.",
-            "{person} has a green thumb. <--> {person} painted a finger green.",
-            "{person} is on cloud nine. <--> {person} is flying in an airplane.",
-            "{person} spilled the beans. <--> {person} knocked over a tin of beans.",
-            "{person} is a couch potato. <--> {person} is a vegetable lying on a sofa.",
-            "{person} broke the ice. <--> {person} smashed a frozen pond with a hammer.",
-            "{person} has butterflies in the stomach. <--> {person} swallowed some insects.",
-            "{person} is a bookworm. <--> {person} is a worm that lives in books.",
-            "{person} hit the books. <--> {person} punched a pile of books.",
-            "{person} has a memory like a sieve. <--> {person} has a kitchen strainer for a brain.",
-            "{person} is the black sheep of the family. <--> {person} is a dark-wooled farm animal.",
-            "{person} let the cat out of the bag. <--> {person} opened a sack holding a cat.",
-            "{person} is a fish out of water. <--> {person} is a fish flopping on the shore.",
-        ),
-    },
+METAPHORS = Dataset.from_text("metaphors", "pairs of sentences", """
+    [correct]
+    {person} is a rock. <--> {person} is dependable and steady.
+    {person} has a heart of gold. <--> {person} is very kind.
+    {person} is a night owl. <--> {person} stays up late.
+    {person} is drowning in paperwork. <--> {person} has too many documents to handle.
+    {person} got cold feet. <--> {person} became nervous and hesitated.
+    {person} is a walking encyclopedia. <--> {person} knows a great many facts.
+    {person} has a green thumb. <--> {person} is good at growing plants.
+    {person} is on cloud nine. <--> {person} is extremely happy.
+    {person} spilled the beans. <--> {person} revealed a secret.
+    {person} is a couch potato. <--> {person} spends a lot of time sitting and watching TV.
+    {person} broke the ice. <--> {person} eased the tension at the start of the meeting.
+    {person} has butterflies in the stomach. <--> {person} feels nervous.
+    {person} is a bookworm. <--> {person} loves reading.
+    {person} hit the books. <--> {person} studied hard.
+    {person} has a memory like a sieve. <--> {person} forgets things easily.
+    {person} is the black sheep of the family. <--> {person} is the odd one out among relatives.
+    {person} let the cat out of the bag. <--> {person} told everyone the plan by accident.
+    {person} is a fish out of water. <--> {person} feels out of place.
+    [incorrect]
+    {person} is a rock. <--> {person} is made of stone.
+    {person} has a heart of gold. <--> {person} had surgery with metal parts.
+    {person} is a night owl. <--> {person} is a bird with feathers.
+    {person} is drowning in paperwork. <--> {person} fell into a pool of water.
+    {person} got cold feet. <--> {person} forgot to wear socks in winter.
+    {person} is a walking encyclopedia. <--> {person} is a printed book on legs.
+    {person} has a green thumb. <--> {person} painted a finger green.
+    {person} is on cloud nine. <--> {person} is flying in an airplane.
+    {person} spilled the beans. <--> {person} knocked over a tin of beans.
+    {person} is a couch potato. <--> {person} is a vegetable lying on a sofa.
+    {person} broke the ice. <--> {person} smashed a frozen pond with a hammer.
+    {person} has butterflies in the stomach. <--> {person} swallowed some insects.
+    {person} is a bookworm. <--> {person} is a worm that lives in books.
+    {person} hit the books. <--> {person} punched a pile of books.
+    {person} has a memory like a sieve. <--> {person} has a kitchen strainer for a brain.
+    {person} is the black sheep of the family. <--> {person} is a dark-wooled farm animal.
+    {person} let the cat out of the bag. <--> {person} opened a sack holding a cat.
+    {person} is a fish out of water. <--> {person} is a fish flopping on the shore.
+""",
     fillers=_METAPHOR_FILLERS,
     wrappers=("{}", "Statement and reading: {}", "{} (from a story)", "{} (overheard at dinner)",
               "Line and gloss: {}", "{} (from a school essay)", "Sentence pair: {}",

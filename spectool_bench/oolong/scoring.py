@@ -87,6 +87,13 @@ def score_official(output: str, answer: str, answer_type: str) -> float:
         return 1.0
     if candidate in PHRASES:
         return 1.0 if candidate in str(gold) else 0.0
+    typed = _typed_score(candidate, gold, answer_type)
+    return 0.0 if typed is None else typed
+
+
+def _typed_score(candidate: str, gold, answer_type: str) -> float | None:
+    """Both rubrics' score of a numeric answer (0.75 per unit off) or a date (exact);
+    None for the other answer types."""
     if answer_type == NUMERIC:
         try:
             return 0.75 ** abs(int(gold) - int(candidate))
@@ -97,7 +104,7 @@ def score_official(output: str, answer: str, answer_type: str) -> float:
             return 1.0 if dateutil.parser.parse(candidate) == gold else 0.0
         except Exception:
             return 0.0
-    return 0.0
+    return None
 
 
 # ---------------------------------------------------------------- lenient (RLM) --
@@ -137,16 +144,9 @@ def score_lenient(output: str, answer: str, answer_type: str) -> float:
     gold_s = str(gold)
     if candidate == gold_s or candidate.lower() == gold_s.lower():
         return 1.0
-    if answer_type == NUMERIC:
-        try:
-            return 0.75 ** abs(int(gold) - int(candidate))
-        except Exception:
-            return 0.0
-    if answer_type == DATE:
-        try:
-            return 1.0 if dateutil.parser.parse(candidate) == gold else 0.0
-        except Exception:
-            return 0.0
+    typed = _typed_score(candidate, gold, answer_type)
+    if typed is not None:
+        return typed
     if gold_s and gold_s.lower() not in FULL_PHRASES and gold_s.lower() in output.lower():
         return 1.0
     return 0.0

@@ -46,6 +46,12 @@ def ref_official(output, answer, atype):
         return 1.0
     if cand in SHORT:
         return float(cand in gs)
+    typed = ref_typed(cand, gold, atype)
+    return 0.0 if typed is None else typed
+
+
+def ref_typed(cand, gold, atype):
+    """Both rubrics: 0.75 per unit off for a number, exact match for a date, else None."""
     if atype == N:
         try:
             return 0.75 ** abs(int(gold) - int(cand))
@@ -56,7 +62,7 @@ def ref_official(output, answer, atype):
             return float(dateutil.parser.parse(cand) == gold)
         except (ValueError, OverflowError, TypeError):
             return 0.0
-    return 0.0
+    return None
 
 
 def ref_lenient(output, answer, atype):
@@ -78,16 +84,9 @@ def ref_lenient(output, answer, atype):
     gs = str(gold)
     if cand.lower() == gs.lower():
         return 1.0
-    if atype == N:
-        try:
-            return 0.75 ** abs(int(gold) - int(cand))
-        except (ValueError, TypeError):
-            return 0.0
-    if atype == D:
-        try:
-            return float(dateutil.parser.parse(cand) == gold)
-        except (ValueError, OverflowError, TypeError):
-            return 0.0
+    typed = ref_typed(cand, gold, atype)
+    if typed is not None:
+        return typed
     if gs and gs.lower() not in FULL and gs.lower() in low:
         return 1.0
     return 0.0
