@@ -25,37 +25,25 @@ and the pure segmenter), and the pure stages ``shadow``, ``keys``.
 import importlib
 from typing import Any
 
-# name -> the submodule that defines it, imported on first use (PEP 562): ``import spectool``
-# stays cheap, so the command lines' --help and flag checks import nothing heavy
-_LAZY = {
-    "ExecutorError": "errors",
-    "RemoteCellError": "errors",
-    "RemoteToolError": "errors",
-    "RuntimeClosedError": "errors",
-    "SpecToolError": "errors",
-    "StreamAdapterError": "errors",
-    "StreamError": "errors",
-    "StreamShapeError": "errors",
-    "ToolArgumentError": "errors",
-    "ToolError": "errors",
-    "ToolOutputTooLargeError": "errors",
-    "ToolTimeoutError": "errors",
-    "WorkerCrashedError": "errors",
-    "CellResult": "runtime",
-    "Runtime": "runtime",
-    "TurnResult": "runtime",
-    "ShadowPool": "shadow_host.pool",
-    "ShadowWorkerLimits": "shadow_host.pool",
-    "Budget": "speculation",
-    "EntryState": "speculation",
-    "Opaque": "execution.subprocess_executor",
-    "WorkerLimits": "execution.subprocess_executor",
-    "Tool": "tools",
-    "tool": "tools",
-    "Event": "trace",
-    "Trace": "trace",
-    "TurnStats": "trace",
+from . import errors  # the exception tree imports nothing: its names are read from it
+
+# the public names of each submodule they come from, which is imported on first use
+# (PEP 562): ``import spectool`` stays cheap, so the command lines' --help and flag checks
+# import nothing heavy
+_EXPORTS = {
+    "tools": ("tool", "Tool"),
+    "runtime": ("Runtime", "TurnResult", "CellResult"),
+    "trace": ("TurnStats", "Trace", "Event"),
+    "speculation": ("Budget", "EntryState"),
+    "execution.subprocess_executor": ("WorkerLimits", "Opaque"),
+    "shadow_host.pool": ("ShadowPool", "ShadowWorkerLimits"),
+    "errors": tuple(errors.__all__),
 }
+# name -> the submodule that defines it
+_LAZY = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = list(_LAZY)
+
 
 def __getattr__(name: str) -> Any:
     """A public name from its submodule, or a submodule itself (``spectool.runtime``)."""
@@ -74,34 +62,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
-
-
-__all__ = [
-    "tool",
-    "Tool",
-    "Runtime",
-    "TurnResult",
-    "CellResult",
-    "TurnStats",
-    "Trace",
-    "Event",
-    "Budget",
-    "EntryState",
-    "WorkerLimits",
-    "ShadowPool",
-    "ShadowWorkerLimits",
-    "Opaque",
-    "SpecToolError",
-    "ToolError",
-    "ToolArgumentError",
-    "ToolTimeoutError",
-    "ToolOutputTooLargeError",
-    "RemoteToolError",
-    "ExecutorError",
-    "WorkerCrashedError",
-    "RemoteCellError",
-    "StreamError",
-    "StreamShapeError",
-    "StreamAdapterError",
-    "RuntimeClosedError",
-]

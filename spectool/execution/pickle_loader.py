@@ -296,19 +296,20 @@ class BoundedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
             raise UnsafePickleError(f"BUILD on a {type(inst).__name__} from the worker")
         inst.__setstate__(_str_keyed(state, "exception state"))
 
-    def load_appends(self) -> None:
-        items = self.pop_mark()
+    def _sequence(self, opcode: str) -> list | collections.deque:
+        """The list or deque on top of the stack, which ``opcode`` appends to."""
         target = self.stack[-1]
         if type(target) is not list and type(target) is not collections.deque:
-            raise UnsafePickleError(f"APPENDS on a {type(target).__name__} from the worker")
-        target.extend(items)
+            raise UnsafePickleError(f"{opcode} on a {type(target).__name__} from the worker")
+        return target
+
+    def load_appends(self) -> None:
+        items = self.pop_mark()
+        self._sequence("APPENDS").extend(items)
 
     def load_append(self) -> None:
         value = self.stack.pop()
-        target = self.stack[-1]
-        if type(target) is not list and type(target) is not collections.deque:
-            raise UnsafePickleError(f"APPEND on a {type(target).__name__} from the worker")
-        target.append(value)
+        self._sequence("APPEND").append(value)
 
     def load_reduce(self) -> None:
         args = self.stack.pop()

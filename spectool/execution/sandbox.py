@@ -72,7 +72,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 __all__ = ["SANDBOX_MODES", "SandboxPlan", "bwrap_usable", "plan_sandbox", "UID_RANGE"]
 
@@ -537,36 +537,42 @@ def _descendants_by_children(root: int) -> set[int]:
     (falls back to a full /proc scan where the kernel does not provide them)."""
     if not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
         return _descendants(root, _process_table())
-    found, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        if pid in found:
-            continue
-        found.add(pid)
+    return _reach(root, _kernel_children)
+
+
+def _kernel_children(pid: int) -> list[int]:
+    """The children of every thread of a process, as the kernel lists them (none for a
+    process that is gone; a list that cannot be read counts as far as it was read)."""
+    children: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return children
+    for tid in tids:
         try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                    todo.extend(int(x) for x in fh.read().split())
-            except (OSError, ValueError):
-                pass
-    return found
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                children.extend(int(x) for x in fh.read().split())
+        except (OSError, ValueError):
+            pass
+    return children
 
 
 def _descendants(root: int, table: dict[int, tuple[int, int, str]]) -> set[int]:
     children: dict[int, list[int]] = {}
     for pid, (ppid, _, _s) in table.items():
         children.setdefault(ppid, []).append(pid)
+    return _reach(root, lambda pid: children.get(pid, ()))
+
+
+def _reach(root: int, children_of: Callable[[int], Iterable[int]]) -> set[int]:
+    """The root and every process reached from it through ``children_of``."""
     found, todo = set(), [root]
     while todo:
         pid = todo.pop()
         if pid in found:
             continue
         found.add(pid)
-        todo.extend(children.get(pid, ()))
+        todo.extend(children_of(pid))
     return found
 
 

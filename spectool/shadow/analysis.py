@@ -80,6 +80,21 @@ _SIMPLE = frozenset({ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Pas
 _escape_cache: dict[int, tuple[ast.AST, bool]] = {}
 _STORE = (ast.Store, ast.Del)
 _facts_cache: dict[int, tuple[ast.AST, tuple[frozenset[str], frozenset[str]]]] = {}
+# node types (besides Name, defs and global/nonlocal) that bind names in their own scope
+_CAPTURES = frozenset({ast.Import, ast.ImportFrom, ast.ExceptHandler, ast.NamedExpr,
+                       ast.MatchAs, ast.MatchStar, ast.MatchMapping})
+
+
+def _captured(node: ast.AST, t: type) -> Iterable[str]:
+    """The names a node of a ``_CAPTURES`` type binds (``t``: its type)."""
+    if t is ast.Import or t is ast.ImportFrom:
+        return [(alias.asname or alias.name).split(".")[0] for alias in node.names]  # type: ignore[attr-defined]
+    if t is ast.NamedExpr:
+        return (node.target.id,)  # type: ignore[attr-defined]
+    # ``case [x, *rest]`` / ``case {"k": v, **rest}`` / ``case P() as y`` / ``except E as e``:
+    # plain-string names, not ast.Name nodes (None where nothing is bound)
+    name = node.rest if t is ast.MatchMapping else node.name  # type: ignore[attr-defined]
+    return (name,) if name else ()
 
 
 def sliced_arg(arg: ast.AST) -> str | None:
@@ -131,24 +146,10 @@ def _facts(nodes: list[ast.AST]) -> tuple[frozenset[str], frozenset[str], frozen
                 for inner in ast.walk(node):
                     if type(inner) in (ast.Global, ast.Nonlocal):
                         bound.update(inner.names)  # type: ignore[attr-defined]
-        elif t is ast.Import or t is ast.ImportFrom:
-            for alias in node.names:  # type: ignore[attr-defined]
-                bound.add((alias.asname or alias.name).split(".")[0])
-        elif t is ast.ExceptHandler:
-            if node.name:  # type: ignore[attr-defined]
-                bound.add(node.name)  # type: ignore[attr-defined]
-        elif t is ast.NamedExpr:
-            bound.add(node.target.id)  # type: ignore[attr-defined]
+        elif t in _CAPTURES:
+            bound.update(_captured(node, t))
         elif t is ast.Global or t is ast.Nonlocal:
             bound.update(node.names)  # type: ignore[attr-defined]
-        elif t is ast.MatchAs or t is ast.MatchStar:
-            # ``case [x, *rest]`` / ``case {"k": v}`` / ``case P() as y``: pattern
-            # captures bind plain-string names, not ast.Name nodes
-            if node.name:  # type: ignore[attr-defined]
-                bound.add(node.name)  # type: ignore[attr-defined]
-        elif t is ast.MatchMapping:
-            if node.rest:  # type: ignore[attr-defined]
-                bound.add(node.rest)  # type: ignore[attr-defined]
     result = (frozenset(written | bound | sliced), frozenset(bound),
               frozenset(sliced - written - bound))
     if key_node is not None:
@@ -219,9 +220,8 @@ def escapes(nodes: list[ast.AST]) -> bool:
 _yield_cache: dict[int, tuple[ast.AST, bool]] = {}
 _YIELDS = frozenset({ast.Yield, ast.YieldFrom, ast.Await})
 # node types (besides Name) that bind a name in a function's own scope
-_BINDING = frozenset({ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom, ast.ExceptHandler,
-                      ast.NamedExpr, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
-                      ast.MatchAs, ast.MatchStar, ast.MatchMapping})
+_BINDING = _CAPTURES | {ast.Global, ast.Nonlocal, ast.FunctionDef, ast.AsyncFunctionDef,
+                        ast.ClassDef}
 _locals_cache: dict[int, tuple[ast.AST, tuple]] = {}
 
 
@@ -280,20 +280,8 @@ def _local_names(fn: ast.FunctionDef | ast.Lambda) -> tuple[frozenset[str], froz
             declared_global.update(node.names)  # type: ignore[attr-defined]
         elif t is ast.Nonlocal:
             declared_nonlocal.update(node.names)  # type: ignore[attr-defined]
-        elif t is ast.Import or t is ast.ImportFrom:
-            for alias in node.names:  # type: ignore[attr-defined]
-                bound.add((alias.asname or alias.name).split(".")[0])
-        elif t is ast.ExceptHandler:
-            if node.name:  # type: ignore[attr-defined]
-                bound.add(node.name)  # type: ignore[attr-defined]
-        elif t is ast.NamedExpr:
-            bound.add(node.target.id)  # type: ignore[attr-defined]
-        elif t is ast.MatchAs or t is ast.MatchStar:
-            if node.name:  # type: ignore[attr-defined]
-                bound.add(node.name)  # type: ignore[attr-defined]
-        elif t is ast.MatchMapping:
-            if node.rest:  # type: ignore[attr-defined]
-                bound.add(node.rest)  # type: ignore[attr-defined]
+        elif t in _CAPTURES:
+            bound.update(_captured(node, t))
         elif t is not ast.Lambda:  # def / async def / class
             bound.add(node.name)  # type: ignore[attr-defined]
     bound -= declared_global | declared_nonlocal

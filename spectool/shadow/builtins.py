@@ -27,6 +27,7 @@ import statistics
 import string
 import textwrap
 import unicodedata
+from dataclasses import dataclass
 from typing import Callable
 
 from .limits import LimitExceeded, Limits, ShadowDeclined
@@ -48,18 +49,15 @@ __all__ = [
 Check = Callable[[tuple, dict, Limits], None]
 
 
+@dataclass(slots=True, eq=False, repr=False)  # compared by identity, default repr
 class SafeFunc:
     """An allow-listed callable as shadow code sees it (not callable from Python)."""
 
-    __slots__ = ("name", "raw", "check", "special", "is_class")
-
-    def __init__(self, name: str, raw: object = None, check: Check | None = None,
-                 special: str | None = None, is_class: bool = False) -> None:
-        self.name = name
-        self.raw = raw
-        self.check = check
-        self.special = special
-        self.is_class = is_class
+    name: str
+    raw: object = None
+    check: Check | None = None
+    special: str | None = None
+    is_class: bool = False
 
     @property
     def passable(self) -> bool:

@@ -22,9 +22,9 @@ from .internals import (
     _ATTR_TYPES,
     _BINOPS,
     _COMPARE,
-    _CONTROL,
     _DATA_TYPES,
     _DICT_TYPES,
+    _EXHAUSTED,
     _FAILED,
     _INPLACE,
     _MAX_SPEC,
@@ -34,6 +34,7 @@ from .internals import (
     _UnknownValue,
     _UserError,
     _is_iterator,
+    _next_item,
 )
 
 __all__ = ["ExpressionsMixin"]
@@ -475,16 +476,9 @@ class ExpressionsMixin:
                 raise _UnknownValue  # peeking must not advance a shared iterator
             while True:
                 self._step()
-                try:
-                    item = next(iterator)
-                except StopIteration:
+                item = _next_item(iterator)
+                if item is _EXHAUSTED:
                     return
-                except _CONTROL:
-                    raise
-                except Touched:
-                    raise ShadowDeclined("iterating over an opaque value") from None
-                except Exception as exc:
-                    raise _UserError(exc, exact=True) from None  # next() of plain data
                 yield from self._assign(gen.target, item, inner)
                 keep = True
                 for cond in gen.ifs:
@@ -530,16 +524,10 @@ class ExpressionsMixin:
         out = []
         while True:
             self._step()
-            try:
-                out.append(next(iterator))
-            except StopIteration:
+            item = _next_item(iterator)
+            if item is _EXHAUSTED:
                 break
-            except _CONTROL:
-                raise
-            except Touched:
-                raise ShadowDeclined("iterating over an opaque value") from None
-            except Exception as exc:
-                raise _UserError(exc, exact=True) from None  # next() of plain data
+            out.append(item)
             if limit is not None and len(out) > limit:
                 break
         return self._account(out)

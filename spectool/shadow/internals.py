@@ -12,7 +12,7 @@ import re
 from .. import keys
 from .builtins import LAZY_RAW, SAFE_BUILTINS, ModuleProxy, SafeFunc, safe_class
 from .copying import IMMUTABLE_TYPES, MUTABLE_TYPES, PlainCopier
-from .limits import ShadowDeclined
+from .limits import LimitExceeded, ShadowDeclined
 from .scope import ShadowFunction, ToolRef
 from .values import Pending, Touched, Unknown
 
@@ -43,13 +43,8 @@ _BINOPS = {
     ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.BitAnd: operator.and_,
     ast.MatMult: operator.matmul,
 }
-_INPLACE = {
-    ast.Add: operator.iadd, ast.Sub: operator.isub, ast.Mult: operator.imul,
-    ast.Div: operator.itruediv, ast.FloorDiv: operator.ifloordiv, ast.Mod: operator.imod,
-    ast.Pow: operator.ipow, ast.LShift: operator.ilshift, ast.RShift: operator.irshift,
-    ast.BitOr: operator.ior, ast.BitXor: operator.ixor, ast.BitAnd: operator.iand,
-    ast.MatMult: operator.imatmul,
-}
+# the in-place form of each: operator.iadd for operator.add, operator.ior for operator.or_, ...
+_INPLACE = {op: getattr(operator, "i" + fn.__name__.rstrip("_")) for op, fn in _BINOPS.items()}
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg, ast.Invert: operator.invert}
 _COMPARE = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
@@ -119,6 +114,26 @@ _CONTROL = (_UserError, _UnknownValue, _Uncertain, _WouldWait, _Break, _Continue
 
 
 _FAILED = object()
+_EXHAUSTED = object()
+
+
+def _next_item(iterator, too_deep: tuple[type[BaseException], ...] = ()) -> object:
+    """``next(iterator)`` over plain data, with its exceptions as the shadow raises them:
+    ``_EXHAUSTED`` at the end, control exceptions unchanged, any other exception the
+    user's own (exact: plain data raised it), but for the ``too_deep`` ones (a for
+    statement's RecursionError and MemoryError), which are a limit."""
+    try:
+        return next(iterator)
+    except StopIteration:
+        return _EXHAUSTED
+    except _CONTROL:
+        raise
+    except Touched:
+        raise ShadowDeclined("iterating over an opaque value") from None
+    except too_deep:
+        raise LimitExceeded("iteration") from None
+    except Exception as exc:
+        raise _UserError(exc, exact=True) from None  # next() of plain data
 
 
 class LoopFrame:

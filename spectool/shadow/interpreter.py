@@ -491,17 +491,10 @@ class CoreInterpreter(StatementsMixin, ExpressionsMixin, CallsMixin, BuiltinsMix
         seen.add(id(value))
         self._step(len(value))  # type: ignore[arg-type]
         resolved, unknown = 0, False
-        if t is list:
-            for i, item in enumerate(value):  # type: ignore[arg-type]
-                if type(item) in (list, tuple, dict, Pending, Unknown):
-                    new, n, u = yield from self._settle(item, seen)
-                    if new is not item:
-                        value[i] = new  # type: ignore[index]
-                    resolved += n
-                    unknown = unknown or u
-            return value, resolved, unknown
-        if t is dict:
-            for k, item in list(value.items()):  # type: ignore[union-attr]
+        if t is list or t is dict:
+            # (index or key, item); a dict's items are read before any is replaced
+            places = enumerate(value) if t is list else list(value.items())  # type: ignore[union-attr]
+            for k, item in places:  # type: ignore[arg-type]
                 if type(item) in (list, tuple, dict, Pending, Unknown):
                     new, n, u = yield from self._settle(item, seen)
                     if new is not item:

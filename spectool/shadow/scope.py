@@ -8,45 +8,41 @@ read their attributes (the interpreter allows attributes only on plain data).
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 
 from .values import ToolInfo
 
 __all__ = ["Scope", "ShadowFunction", "ToolRef"]
 
 
+# plain slotted records: no ``__eq__`` (identity, as for any object) and the default repr
+_record = dataclass(slots=True, eq=False, repr=False)
+
+
+@_record
 class Scope:
     """One namespace of shadow code: "module", "function" or "comp" (comprehension)."""
 
-    __slots__ = ("kind", "vars", "parent", "locals", "globals_decl", "nonlocals_decl")
-
-    def __init__(self, kind: str, vars: dict, parent: "Scope | None" = None,
-                 locals: frozenset[str] = frozenset(), globals_decl: frozenset[str] = frozenset(),
-                 nonlocals_decl: frozenset[str] = frozenset()) -> None:
-        self.kind = kind
-        self.vars = vars
-        self.parent = parent
-        self.locals = locals
-        self.globals_decl = globals_decl
-        self.nonlocals_decl = nonlocals_decl
+    kind: str
+    vars: dict
+    parent: Scope | None = None
+    locals: frozenset[str] = frozenset()
+    globals_decl: frozenset[str] = frozenset()
+    nonlocals_decl: frozenset[str] = frozenset()
 
 
+@_record
 class ShadowFunction:
     """A function or lambda defined by shadow code, evaluated only by the shadow."""
 
-    __slots__ = ("name", "node", "scope", "defaults", "kw_defaults", "locals",
-                 "globals_decl", "nonlocals_decl")
-
-    def __init__(self, name: str, node: ast.FunctionDef | ast.Lambda, scope: Scope,
-                 defaults: list, kw_defaults: list, locals: frozenset[str],
-                 globals_decl: frozenset[str], nonlocals_decl: frozenset[str]) -> None:
-        self.name = name
-        self.node = node
-        self.scope = scope
-        self.defaults = defaults
-        self.kw_defaults = kw_defaults
-        self.locals = locals
-        self.globals_decl = globals_decl
-        self.nonlocals_decl = nonlocals_decl
+    name: str
+    node: ast.FunctionDef | ast.Lambda
+    scope: Scope
+    defaults: list
+    kw_defaults: list
+    locals: frozenset[str]
+    globals_decl: frozenset[str]
+    nonlocals_decl: frozenset[str]
 
 
 class ToolRef:

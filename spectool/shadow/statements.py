@@ -17,13 +17,13 @@ from .builtins import SafeFunc
 from .copying import MUTABLE_TYPES
 from .limits import LimitExceeded, ShadowDeclined
 from .scope import Scope, ShadowFunction
-from .values import Touched, Unknown
+from .values import Unknown
 from .expressions import _LATER
 from .internals import (
     _Break,
-    _CONTROL,
     _Continue,
     _DATA_TYPES,
+    _EXHAUSTED,
     _FAILED,
     LoopFrame,
     _PeekDone,
@@ -32,6 +32,7 @@ from .internals import (
     _Uncertain,
     _UnknownValue,
     _UserError,
+    _next_item,
     _target_names,
 )
 
@@ -128,11 +129,7 @@ class StatementsMixin:
         elif t is ast.Name:
             value = self._lookup(value_node.id, scope)
         else:
-            handler = self._handler(t)
-            try:
-                value = yield from handler(value_node, scope)
-            except _UnknownValue:
-                value = Unknown("unknown expression")
+            value = yield from self._eval_value(value_node, scope)
         raise _Return(value)
 
     def _exec_Global(self, node: ast.Global, scope: Scope):
@@ -320,7 +317,6 @@ class StatementsMixin:
             return
         if frame is not None:
             frame.iterable = iterable
-        broke = False
         while True:
             self._steps += 1  # self._step(), inlined
             if self._steps >= self._next_check:
@@ -329,43 +325,19 @@ class StatementsMixin:
                 self._peeks.iterations += 1
                 if self._peeks.iterations > self._limits.max_tail_iterations:
                     raise _PeekDone
-            try:
-                item = next(iterator)
-            except StopIteration:
+            item = _next_item(iterator, (RecursionError, MemoryError))
+            if item is _EXHAUSTED:
                 break
-            except _CONTROL:
-                raise
-            except Touched:
-                raise ShadowDeclined("iterating over an opaque value") from None
-            except (RecursionError, MemoryError):
-                raise LimitExceeded("iteration") from None
-            except Exception as exc:
-                raise _UserError(exc, exact=True) from None  # next() of plain data
             if frame is not None:
                 frame.consumed += 1
-            try:
-                target = node.target
-                if type(target) is ast.Name:  # what _assign does for a name, without a generator
-                    self._store(target.id, item, scope)
-                else:
-                    yield from self._assign(target, item, scope)
-                yield from self._exec_block(node.body, scope, frame)
-            except _Break:
-                broke = True
-                break
-            except _Continue:
-                continue
-            except _Uncertain:
-                self._taint_nodes([node], scope)
-                raise
-        if not broke:
-            yield from self._exec_block(node.orelse, scope)
+            if (yield from self._iteration(node, scope, frame, item)):
+                return  # broke out: no else
+        yield from self._exec_block(node.orelse, scope)
 
     def _exec_While(self, node: ast.While, scope: Scope):
         if self._peek:
             self._skip_blocks([node], scope)  # a loop on a condition: not unrolled
             return
-        broke = False
         while True:
             self._step()
             try:
@@ -375,18 +347,29 @@ class StatementsMixin:
                 return
             if not test:
                 break
-            try:
-                yield from self._exec_block(node.body, scope)
-            except _Break:
-                broke = True
-                break
-            except _Continue:
-                continue
-            except _Uncertain:
-                self._taint_nodes([node], scope)
-                raise
-        if not broke:
-            yield from self._exec_block(node.orelse, scope)
+            if (yield from self._iteration(node, scope)):
+                return  # broke out: no else
+        yield from self._exec_block(node.orelse, scope)
+
+    def _iteration(self, node: ast.For | ast.While, scope: Scope, frame=None, item: object = None):
+        """One pass of a loop's body (a for loop's target bound to ``item`` first):
+        True when it breaks out of the loop."""
+        try:
+            if type(node) is ast.For:
+                target = node.target
+                if type(target) is ast.Name:  # what _assign does for a name, without a generator
+                    self._store(target.id, item, scope)
+                else:
+                    yield from self._assign(target, item, scope)
+            yield from self._exec_block(node.body, scope, frame)
+        except _Break:
+            return True
+        except _Continue:
+            pass
+        except _Uncertain:
+            self._taint_nodes([node], scope)
+            raise
+        return False
 
     def _exec_Try(self, node: ast.Try, scope: Scope):
         pending: BaseException | None = None

@@ -95,6 +95,9 @@ Event = WaitFor | Launch | Observe | Lookahead
 
 @dataclass(frozen=True)
 class Outcome:
+    """What a finished call produced: the answer to a ``WaitFor`` (the speculation
+    store's entries give the same)."""
+
     value: object = None
     error: BaseException | None = None
 

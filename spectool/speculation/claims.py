@@ -13,6 +13,7 @@ runs its tool. A ``two_phase`` tool's prepared value is committed by the real ca
 from __future__ import annotations
 
 import functools
+from dataclasses import KW_ONLY, dataclass
 
 import anyio
 import anyio.to_thread
@@ -32,21 +33,20 @@ from .reuse import handed_out, not_reusable
 __all__ = ["RealCalls"]
 
 
+@dataclass(eq=False, repr=False)
 class RealCalls:
     """The real side of one turn's store (see the module docstring)."""
 
-    def __init__(self, tools: dict[str, Tool], ledger: Ledger, *, budget: Budget,
-                 admission: TurnAdmission, observations: Observations, trace: Trace,
-                 stats: TurnStats, max_output_bytes: int | None, passthrough: bool) -> None:
-        self.tools = tools
-        self.ledger = ledger
-        self.budget = budget
-        self.admission = admission
-        self.observations = observations
-        self.trace = trace
-        self.stats = stats
-        self.max_output_bytes = max_output_bytes
-        self.passthrough = passthrough
+    tools: dict[str, Tool]
+    ledger: Ledger
+    _: KW_ONLY
+    budget: Budget
+    admission: TurnAdmission
+    observations: Observations
+    trace: Trace
+    stats: TurnStats
+    max_output_bytes: int | None
+    passthrough: bool
 
     async def call(self, tool_name: str, args: tuple, kwargs: dict) -> object:
         """A real call from the executor: claim a speculation or run the tool."""

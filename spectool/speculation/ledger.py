@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping
 
 from ..errors import ToolArgumentError
 from ..keys import call_key
+from ..shadow.values import Outcome  # what a finished entry produced, as the shadow reads it
 from ..trace import Trace, TurnStats
 
 if TYPE_CHECKING:
@@ -51,14 +52,6 @@ class EntryState(str, Enum):
     DONE = "done"
     CLAIMED = "claimed"
     EVICTED = "evicted"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a finished entry produced (mirrors the shadow's Outcome)."""
-
-    value: object = None
-    error: BaseException | None = None
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ import ast
 import codecs
 import re
 from dataclasses import dataclass, field
+from typing import TypeVar
 from .._parse import parse as parse_ast
 
 __all__ = [
@@ -90,6 +91,7 @@ class CellClosed:
 SegmentEvent = CellOpened | StatementClosed | TailChanged | CellClosed
 
 _new_object = object.__new__
+_E = TypeVar("_E", StatementClosed, TailChanged)
 
 # an open tail up to this many characters is reported on every change; a longer one
 # only after it has grown by half (see ``Segmenter._report_tail``)
@@ -103,27 +105,12 @@ MAX_PARSED_CHARS = 65_536
 MAX_PARSED_STATEMENTS = 2_000
 
 
-def _statement_closed(cell: int, index: int, source: str, lineno: int,
-                      tree: ast.Module | None) -> StatementClosed:
-    """``StatementClosed(cell, index, source, lineno, tree)``, built without the frozen
+def _event(cls: type[_E], **fields: object) -> _E:
+    """``cls(**fields)`` for a frozen event naming every field, built without the
     dataclass ``__init__`` (which stores each field in the instance dict through
     ``object.__setattr__``): the same fields in the same instance dict, faster."""
-    event = _new_object(StatementClosed)
-    d = event.__dict__
-    d["cell"] = cell
-    d["index"] = index
-    d["source"] = source
-    d["lineno"] = lineno
-    d["tree"] = tree
-    return event
-
-
-def _tail_changed(cell: int, tail: str) -> TailChanged:
-    """``TailChanged(cell, tail)``, built as ``_statement_closed`` builds its event."""
-    event = _new_object(TailChanged)
-    d = event.__dict__
-    d["cell"] = cell
-    d["tail"] = tail
+    event = _new_object(cls)
+    event.__dict__.update(fields)
     return event
 
 _OPEN_FENCE = re.compile(r"^([ \t]*)(`{3,})[ \t]*([A-Za-z0-9_+.-]*)[^`]*$")
@@ -498,8 +485,8 @@ class Segmenter:
         cell.trivia = 0
         cell.stmt_kind = None
         if not self.parse:
-            events.append(_statement_closed(cell.number, cell.statements, source, lineno,
-                                            None))
+            events.append(_event(StatementClosed, cell=cell.number, index=cell.statements,
+                                 source=source, lineno=lineno, tree=None))
             cell.statements += 1
             return
         if (len(source) > self.max_statement_chars
@@ -516,7 +503,8 @@ class Segmenter:
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             cell.broken = True
             return
-        events.append(_statement_closed(cell.number, cell.statements, source, lineno, tree))
+        events.append(_event(StatementClosed, cell=cell.number, index=cell.statements,
+                             source=source, lineno=lineno, tree=tree))
         cell.statements += 1
 
     def _finish_cell(self, events: list[SegmentEvent], complete: bool) -> None:
@@ -539,7 +527,7 @@ class Segmenter:
             cell.tail_dirty = False
             if sent:
                 cell.tail_sent = ""
-                events.append(_tail_changed(cell.number, ""))
+                events.append(_event(TailChanged, cell=cell.number, tail=""))
             return
         if size > TAIL_EAGER_CHARS and sent and size - sent < sent // 2:
             # A long open tail is reported again only once it has grown by half since
@@ -553,7 +541,7 @@ class Segmenter:
         self.work += len(tail)
         if tail != cell.tail_sent:
             cell.tail_sent = tail
-            events.append(_tail_changed(cell.number, tail))
+            events.append(_event(TailChanged, cell=cell.number, tail=tail))
 
     @property
     def scanned(self) -> int:
