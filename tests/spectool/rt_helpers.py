@@ -90,3 +90,21 @@ class Recorder:
             return msg.upper()
 
         return note
+
+
+class EventGate:
+    """Trace listener: ``seen`` is set once ``count`` events of ``kind`` happened
+    (``"launch"``: speculative launches; ``"shadow_statement"``: statements the shadow
+    finished)."""
+
+    def __init__(self, kind: str, count: int = 1) -> None:
+        self.kind = kind
+        self.count = count
+        self.happened = 0
+        self.seen = anyio.Event()
+
+    def __call__(self, event) -> None:
+        if event.kind == self.kind:
+            self.happened += 1
+            if self.happened >= self.count:
+                self.seen.set()
