@@ -35,6 +35,23 @@ async def chunks(text: str, size: int = 7):
         await anyio.lowlevel.checkpoint()
 
 
+def hanging_tool(name: str = "hang"):
+    """A pure tool whose calls never return. Returns ``(tool, started, cancelled)``:
+    ``started`` is set by its first call, ``cancelled`` lists the argument of each call
+    that was cancelled."""
+    started, cancelled = anyio.Event(), []
+
+    @spectool.tool(speculate="pure", name=name)
+    async def hang(x: int) -> int:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.append(x)
+
+    return hang, started, cancelled
+
+
 class GatedStream:
     """A stream that pauses at given points until a test opens each gate.
 
