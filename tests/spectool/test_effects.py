@@ -76,6 +76,14 @@ async def stream_then(text: str, gate: EventGate, rest: str):
     yield rest
 
 
+async def launched_turn(tool, head: str, rest: str, **runtime_kwargs) -> spectool.TurnResult:
+    """A spec turn of ``tool`` whose message streams ``rest`` only once a speculation
+    was launched from ``head``."""
+    gate = EventGate("launch")
+    rt = spectool.Runtime([tool], mode="spec", on_event=gate, **runtime_kwargs)
+    return await rt.run(stream_then(head, gate, rest))
+
+
 class Broken:
     """A namespace object the shadow cannot model; its method raises for real."""
 
@@ -95,10 +103,7 @@ CASES = {
 
 async def run_case(name: str, ledger: Ledger) -> spectool.TurnResult:
     head, rest = CASES[name]
-    gate = EventGate("launch")
-    rt = spectool.Runtime([ledger.tool()], mode="spec", on_event=gate,
-                          namespace={"obj": Broken()})
-    return await rt.run(stream_then(head, gate, rest))
+    return await launched_turn(ledger.tool(), head, rest, namespace={"obj": Broken()})
 
 
 @pytest.mark.anyio
@@ -129,9 +134,7 @@ async def test_negative_control_without_settlement_the_check_fails(anyio_backend
 @pytest.mark.anyio
 async def test_claimed_idempotent_speculation_is_not_compensated(anyio_backend):
     ledger = Ledger()
-    gate = EventGate("launch")
-    rt = spectool.Runtime([ledger.tool()], mode="spec", on_event=gate)
-    res = await rt.run(stream_then("```repl\na = post('x')\n", gate, "b = post('x')\n```\n"))
+    res = await launched_turn(ledger.tool(), "```repl\na = post('x')\n", "b = post('x')\n```\n")
     assert res.error is None and res.stats.hits >= 1
     assert ledger.compensated == []
     assert res.namespace["a"] != res.namespace["b"]     # two occurrences, two keys
@@ -287,9 +290,7 @@ async def test_two_phase_claimed_prepares_once_and_commits(anyio_backend, mode):
 @pytest.mark.anyio
 async def test_two_phase_unclaimed_is_aborted_with_what_prepare_returned(anyio_backend):
     ledger = TwoPhaseLedger()
-    gate = EventGate("launch")
-    rt = spectool.Runtime([ledger.tool()], mode="spec", on_event=gate)
-    res = await rt.run(stream_then("```repl\nr = transfer(5)\n", gate, "broken = (\n```\n"))
+    res = await launched_turn(ledger.tool(), "```repl\nr = transfer(5)\n", "broken = (\n```\n")
     assert isinstance(res.error, SyntaxError)
     assert ledger.kinds() == ["prepare", "abort"]
     assert ledger.log[1][1:] == (ledger.log[0][1], "hold-5")
