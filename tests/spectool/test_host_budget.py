@@ -224,13 +224,19 @@ def test_negative_control_arguments_within_the_key_budget_have_keys():
     assert keys.call_key((10 ** 4000,) * 10, {}) is not None
 
 
+async def q_of_chars(monkeypatch, chars: int, shadow: str):
+    """A spec turn that calls ``q`` with a string of ``chars`` characters, under a key
+    budget of 5,000 characters: the result and ``q``'s calls."""
+    monkeypatch.setattr(keys, "MAX_KEY_CHARS", 5_000)
+    q, calls = pure_counter()
+    return await spec_turn([q], {}, f"r = q('x' * {chars})\n", "print(r)\n", shadow), calls
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("shadow", ["process", "thread"])
 async def test_an_oversized_argument_is_not_speculated_and_runs_as_in_baseline(
         anyio_backend, shadow, monkeypatch):
-    monkeypatch.setattr(keys, "MAX_KEY_CHARS", 5_000)
-    q, calls = pure_counter()
-    spec = await spec_turn([q], {}, "r = q('x' * 6_000)\n", "print(r)\n", shadow)
+    spec, calls = await q_of_chars(monkeypatch, 6_000, shadow)
     q2, _ = pure_counter()
     base = await baseline_turn([q2], {}, "r = q('x' * 6_000)\nprint(r)\n")
     same(spec, base)
@@ -242,9 +248,7 @@ async def test_an_oversized_argument_is_not_speculated_and_runs_as_in_baseline(
 @pytest.mark.parametrize("shadow", ["process", "thread"])
 async def test_negative_control_an_argument_within_the_budget_is_speculated(
         anyio_backend, shadow, monkeypatch):
-    monkeypatch.setattr(keys, "MAX_KEY_CHARS", 5_000)
-    q, calls = pure_counter()
-    spec = await spec_turn([q], {}, "r = q('x' * 4_000)\n", "print(r)\n", shadow)
+    spec, calls = await q_of_chars(monkeypatch, 4_000, shadow)
     assert launched(spec, "q") and spec.stats.hits == 1 and len(calls) == 1
 
 
