@@ -151,96 +151,72 @@ def programs(draw) -> str:
         helper = True
     else:
         helper = False
+    def define(statement) -> None:
+        """Append ``statement(v)``, which binds the new variable ``v``, and define ``v``."""
+        v = new_var()
+        lines.append(statement(v))
+        defined.append(v)
+
     for _ in range(draw(st.integers(1, 7))):
         kind = draw(st.sampled_from(["p", "p", "n", "s", "s", "sum", "print", "try", "for",
                                      "if", "helper", "listcomp", "det", "batch", "alias",
                                      "set", "setdict", "match", "heavy", "idem",
                                      "two_phase"]))
         if kind in ("p", "n"):
-            v = new_var()
-            lines.append(f"{v} = {kind}({arg()})")
-            defined.append(v)
+            define(lambda v: f"{v} = {kind}({arg()})")
         elif kind == "s":
             lines.append(f"S.append(s({arg()}))")
         elif kind == "sum" and defined:
-            v = new_var()
-            lines.append(f"{v} = {draw(st.sampled_from(defined))} + {draw(st.sampled_from(defined))}")
-            defined.append(v)
+            define(lambda v: f"{v} = {draw(st.sampled_from(defined))} + "
+                             f"{draw(st.sampled_from(defined))}")
         elif kind == "print":
             what = draw(st.sampled_from(defined)) if defined else "'hello'"
             lines.append(f"print('value', {what})")
         elif kind == "try":
-            v = new_var()
-            lines.append(f"try:\n    {v} = p({arg()})\nexcept ValueError as e:\n"
-                         f"    {v} = -1\n    print('caught', e)")
-            defined.append(v)
+            define(lambda v: f"try:\n    {v} = p({arg()})\nexcept ValueError as e:\n"
+                             f"    {v} = -1\n    print('caught', e)")
         elif kind == "for":
-            v = new_var()
-            k = draw(st.integers(0, 4))
-            lines.append(f"{v} = 0\nfor i in range({k}):\n    {v} += p(i + {draw(st.integers(0, 4))})"
-                         f"\n    S.append(s(i % 2))")
-            defined.append(v)
+            define(lambda v: f"{v} = 0\nfor i in range({draw(st.integers(0, 4))}):\n"
+                             f"    {v} += p(i + {draw(st.integers(0, 4))})\n"
+                             f"    S.append(s(i % 2))")
         elif kind == "if" and defined:
-            v = new_var()
-            lines.append(f"if {draw(st.sampled_from(defined))} > {draw(st.integers(0, 60))}:\n"
-                         f"    {v} = p({arg()})\nelse:\n    {v} = n({arg()})")
-            defined.append(v)
+            define(lambda v: f"if {draw(st.sampled_from(defined))} > {draw(st.integers(0, 60))}:\n"
+                             f"    {v} = p({arg()})\nelse:\n    {v} = n({arg()})")
         elif kind == "helper" and helper:
-            v = new_var()
-            lines.append(f"{v} = h({arg()})")
-            defined.append(v)
+            define(lambda v: f"{v} = h({arg()})")
         elif kind == "det":            # shared deterministic result, mutated by the cell
-            v = new_var()
-            lines.append(f"{v} = d({arg()})\n{v}.append(5)\n{v} = len({v})")
-            defined.append(v)
+            define(lambda v: f"{v} = d({arg()})\n{v}.append(5)\n{v} = len({v})")
         elif kind == "batch":
-            v = new_var()
-            lines.append(f"{v} = sum(pb([{arg()}, {arg()}, {draw(st.integers(0, 9))}]))")
-            defined.append(v)
+            define(lambda v: f"{v} = sum(pb([{arg()}, {arg()}, {draw(st.integers(0, 9))}]))")
         elif kind == "alias":          # mutation through a second name, maybe skipped
-            v = new_var()
             cond = f"n({arg()}) > 1004" if draw(st.booleans()) else f"{arg()} > 4"
-            lines.append(f"a_{v} = [{arg()}]\nb_{v} = a_{v}\nif {cond}:\n"
-                         f"    b_{v}.append(p({arg()}))\n{v} = o(a_{v})")
-            defined.append(v)
+            define(lambda v: f"a_{v} = [{arg()}]\nb_{v} = a_{v}\nif {cond}:\n"
+                             f"    b_{v}.append(p({arg()}))\n{v} = o(a_{v})")
         elif kind == "set":            # a set with a history: its copy iterates otherwise
-            v = new_var()
-            k = draw(st.integers(2, 12))
-            lines.append(f"T_{v} = set(range({k + 40}))\nfor t in range(40):\n"
-                         f"    T_{v}.discard(t)\n"
-                         f"{v} = o({draw(st.sampled_from(['list', 'sorted']))}(T_{v}))"
-                         f" + p(len(T_{v}) % 11)")
-            defined.append(v)
+            define(lambda v: f"T_{v} = set(range({draw(st.integers(2, 12)) + 40}))\n"
+                             f"for t in range(40):\n    T_{v}.discard(t)\n"
+                             f"{v} = o({draw(st.sampled_from(['list', 'sorted']))}(T_{v}))"
+                             f" + p(len(T_{v}) % 11)")
         elif kind == "setdict":        # a dict built from a set of str
-            v = new_var()
-            lines.append(f"W_{v} = {{'x', 'yy', 'zzz', str({arg()})}}\n"
-                         f"D_{v} = {{w: len(w) for w in W_{v}}}\n"
-                         f"{v} = o(list(D_{v}.values())) + len(D_{v})")
-            defined.append(v)
+            define(lambda v: f"W_{v} = {{'x', 'yy', 'zzz', str({arg()})}}\n"
+                             f"D_{v} = {{w: len(w) for w in W_{v}}}\n"
+                             f"{v} = o(list(D_{v}.values())) + len(D_{v})")
         elif kind == "match":
-            v = new_var()
             subject = draw(st.sampled_from(defined)) if defined else arg()
-            lines.append(f"match [{subject} % 3, n({arg()})]:\n"
-                         f"    case [0, m_{v}]:\n        {v} = p(m_{v} % 11)\n"
-                         f"    case [1, *rest_{v}]:\n        {v} = o(rest_{v})\n"
-                         f"    case _:\n        {v} = -2")
-            defined.append(v)
+            define(lambda v: f"match [{subject} % 3, n({arg()})]:\n"
+                             f"    case [0, m_{v}]:\n        {v} = p(m_{v} % 11)\n"
+                             f"    case [1, *rest_{v}]:\n        {v} = o(rest_{v})\n"
+                             f"    case _:\n        {v} = -2")
         elif kind == "heavy":          # a compute-heavy helper the shadow runs too
-            v = new_var()
-            lines.append(f"def heavy_{v}(k):\n    t = 0\n    for j in range(1500):\n"
-                         f"        t = (t * 31 + j + k) % 1000003\n    return t\n"
-                         f"{v} = p(heavy_{v}({arg()}) % 11)")
-            defined.append(v)
+            define(lambda v: f"def heavy_{v}(k):\n    t = 0\n    for j in range(1500):\n"
+                             f"        t = (t * 31 + j + k) % 1000003\n    return t\n"
+                             f"{v} = p(heavy_{v}({arg()}) % 11)")
         elif kind == "idem":
             lines.append(f"I.append(i({arg()}))")
         elif kind == "two_phase":
-            v = new_var()
-            lines.append(f"try:\n    {v} = len(t({arg()}))\nexcept ValueError:\n    {v} = -3")
-            defined.append(v)
+            define(lambda v: f"try:\n    {v} = len(t({arg()}))\nexcept ValueError:\n    {v} = -3")
         elif kind == "listcomp":
-            v = new_var()
-            lines.append(f"{v} = sum([p(j) for j in range({draw(st.integers(0, 4))})])")
-            defined.append(v)
+            define(lambda v: f"{v} = sum([p(j) for j in range({draw(st.integers(0, 4))})])")
     if draw(st.integers(0, 9)) == 0:
         lines.append("broken = (")          # the finished cell does not parse
     code = "\n".join(lines) + "\n"
