@@ -322,47 +322,53 @@ SEEN = {"examples": 0, "spec_hits": 0, "lazy_hits": 0, "observed": 0, "idempoten
         "compensated": 0, "aborted": 0}
 
 
+def seen(stats: dict) -> None:
+    """Count one example's speculation in ``SEEN``."""
+    SEEN["examples"] += 1
+    SEEN["spec_hits"] += stats["spec"].hits
+    SEEN["lazy_hits"] += stats["lazy"].hits
+    SEEN["observed"] += stats["spec_observed"] + stats["lazy_observed"]
+
+
+def examples(count: int):
+    """Hypothesis settings of the property tests: ``count`` fixed examples, no deadline."""
+    return settings(max_examples=count, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow,
+                                           HealthCheck.function_scoped_fixture])
+
+
+# a random program, streamed in random delta sizes, with random tool latencies and pace
+STREAMED = dict(message=programs(),
+                sizes=st.lists(st.integers(1, 40), min_size=1, max_size=6),
+                latencies=st.dictionaries(st.integers(0, 6), st.sampled_from(LATENCIES),
+                                          max_size=7),
+                pace=st.sampled_from([0.0, 0.0005, 0.002]))
+
+
 @pytest.mark.anyio
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(message=programs(),
-       sizes=st.lists(st.integers(1, 40), min_size=1, max_size=6),
-       latencies=st.dictionaries(st.integers(0, 6), st.sampled_from(LATENCIES), max_size=7),
-       pace=st.sampled_from([0.0, 0.0005, 0.002]))
+@examples(60)
+@given(**STREAMED)
 # always among the examples: effectful speculations left unclaimed by a cell that
 # never parses (their compensation must happen, exactly once)
 @example(message="```repl\nS = []\nI = []\nI.append(i(4))\nv1 = len(t(2))\n"
                  "v2 = o([3, 1])\nbroken = (\n```\n",
          sizes=[3], latencies={}, pace=0.002)
 async def test_spec_and_lazy_are_lossless(anyio_backend, message, sizes, latencies, pace):
-    stats = await check_lossless(message, sizes, latencies, pace)   # shadow="process"
-    SEEN["examples"] += 1
-    SEEN["spec_hits"] += stats["spec"].hits
-    SEEN["lazy_hits"] += stats["lazy"].hits
-    SEEN["observed"] += stats["spec_observed"] + stats["lazy_observed"]
+    seen(await check_lossless(message, sizes, latencies, pace))   # shadow="process"
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-@settings(max_examples=30, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(message=programs(),
-       sizes=st.lists(st.integers(1, 40), min_size=1, max_size=6),
-       latencies=st.dictionaries(st.integers(0, 6), st.sampled_from(LATENCIES), max_size=7),
-       pace=st.sampled_from([0.0, 0.0005, 0.002]))
+@examples(30)
+@given(**STREAMED)
 async def test_spec_and_lazy_are_lossless_with_the_in_process_shadow(anyio_backend, message,
                                                                     sizes, latencies, pace):
-    stats = await check_lossless(message, sizes, latencies, pace, shadow="thread")
-    SEEN["examples"] += 1
-    SEEN["spec_hits"] += stats["spec"].hits
-    SEEN["lazy_hits"] += stats["lazy"].hits
-    SEEN["observed"] += stats["spec_observed"] + stats["lazy_observed"]
+    seen(await check_lossless(message, sizes, latencies, pace, shadow="thread"))
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])     # one worker process per run: keep it short
-@settings(max_examples=6, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@examples(6)
 @given(message=programs(), sizes=st.lists(st.integers(1, 40), min_size=1, max_size=4))
 async def test_lossless_with_the_subprocess_executor(anyio_backend, message, sizes):
     await check_lossless(message, sizes, {}, 0.0005, executor="subprocess")
