@@ -35,6 +35,20 @@ async def chunks(text: str, size: int = 7):
         await anyio.lowlevel.checkpoint()
 
 
+def counting_tool(name: str, result):
+    """A pure tool ``name(x)`` that returns ``result(x)`` after a checkpoint. Returns
+    ``(tool, calls)``: ``calls`` lists the argument of each run, in order."""
+    calls: list[int] = []
+
+    @spectool.tool(speculate="pure", name=name)
+    async def tool(x: int) -> int:
+        calls.append(x)
+        await anyio.lowlevel.checkpoint()
+        return result(x)
+
+    return tool, calls
+
+
 def hanging_tool(name: str = "hang"):
     """A pure tool whose calls never return. Returns ``(tool, started, cancelled)``:
     ``started`` is set by its first call, ``cancelled`` lists the argument of each call
