@@ -12,61 +12,44 @@ import pytest
 MISSING = "/nonexistent/spectool-test-path"
 URL = "http://127.0.0.1:9/v1"
 
-# (command line, bad flag and value, the flag the error line must name)
-BAD = [
-    (["spectool", "replay", MISSING], "--rate", "0"),
-    (["spectool", "replay", MISSING], "--latency", "-1"),
-    (["spectool", "replay", MISSING], "--latency-per-ktok", "-2"),
-    (["spectool", "replay", MISSING], "--time-scale", "nan"),
-    (["spectool", "replay", MISSING], "--time-limit", "0"),
-    (["spectool", "replay", MISSING], "--context", MISSING),
-    (["spectool", "replay", MISSING], "--modes", "bogus"),
-    (["spectool", "replay", MISSING], "--harness", "bogus"),
-    (["spectool", "bench", "oolong"], "--concurrency", "0"),
-    (["spectool", "bench", "oolong"], "--repeats", "-1"),
-    (["spectool", "bench", "oolong"], "--seed", "-1"),
-    (["spectool", "bench", "oolong"], "--context-tokens", "100"),
-    (["spectool", "bench", "oolong"], "--accuracy", "1.5"),
-    (["spectool", "bench", "oolong"], "--data", MISSING),
-    (["spectool", "bench", "oolong"], "--time-scale", "0"),
-    (["spectool", "bench", "oolong"], "--max-turns", "0"),
-    (["spectool", "bench", "oolong"], "--gamma", "0"),
-    (["spectool", "bench", "oolong"], "--max-questions", "0"),
-    (["spectool", "bench", "oolong"], "--api-base", "localhost:8000"),
-    (["token_spec", "bench", "--out", "{tmp}"], "--max-tokens", "0"),
-    (["token_spec", "bench", "--out", "{tmp}"], "--repeats", "-3"),
-    (["token_spec", "bench", "--out", "{tmp}"], "--prompts", "-1"),
-    (["token_spec", "bench", "--out", "{tmp}"], "--gamma", "0"),
-    (["token_spec", "bench", "--out", "{tmp}"], "--draft-confidence", "1.5"),
-    (["token_spec", "bench", "--out", "{tmp}"], "--temperature", "-0.5"),
-    (["token_spec", "bench", "--out", "{tmp}"], "--seed", "-1"),
-    (["token_spec", "bench", "--out", "{tmp}"], "--threads", "x"),
-    (["token_spec", "bench", "--out", "{tmp}"], "--targets", "bogus"),
-    (["token_spec", "race", "hi", "--out", "{tmp}"], "--max-tokens", "0"),
-    (["token_spec", "race", "hi", "--out", "{tmp}"], "--threads", "-1"),
-    (["token_spec", "race", "hi", "--out", "{tmp}"], "--drafters", "bogus"),
-    (["token_spec", "serve"], "--port", "70000"),
-    (["token_spec", "serve"], "--port", "-1"),
-    (["token_spec", "serve"], "--gamma", "0"),
-    (["token_spec", "serve"], "--max-seqs", "0"),
-    (["token_spec", "serve"], "--max-rows", "17"),
-    (["token_spec", "serve"], "--threads", "0"),
-    (["token_spec", "serve"], "--relaxed-threshold", "0"),
-    (["token_spec", "serve"], "--relaxed-threshold", "1.5"),
-    (["token_spec", "serve"], "--default-max-tokens", "0"),
-    (["token_spec", "audit", URL, URL], "--max-tokens", "0"),
-    (["token_spec", "audit", URL, URL], "--prompts", "-1"),
-    (["token_spec", "audit", URL, URL], "--timeout", "0"),
-    (["token_spec", "audit", URL, URL], "--prompt-file", MISSING),
-    (["token_spec", "audit", URL, URL], "--domains", "bogus"),
-    (["token_spec", "loadtest", "--out", "{tmp}"], "--clients", "0"),
-    (["token_spec", "loadtest", "--out", "{tmp}"], "--requests", "0"),
-    (["token_spec", "loadtest", "--out", "{tmp}"], "--max-tokens", "-1"),
-    (["token_spec", "loadtest", "--out", "{tmp}"], "--repeats", "0"),
-    (["token_spec", "loadtest", "--out", "{tmp}"], "--gamma", "0"),
-    (["token_spec", "loadtest", "--out", "{tmp}"], "--threads", "0"),
-    (["token_spec", "loadtest", "--out", "{tmp}"], "--methods", "bogus"),
-]
+# each command line, with bad values for its flags (the error line must name the flag)
+BAD_VALUES = {
+    ("spectool", "replay", MISSING): [
+        ("--rate", "0"), ("--latency", "-1"), ("--latency-per-ktok", "-2"),
+        ("--time-scale", "nan"), ("--time-limit", "0"), ("--context", MISSING),
+        ("--modes", "bogus"), ("--harness", "bogus"),
+    ],
+    ("spectool", "bench", "oolong"): [
+        ("--concurrency", "0"), ("--repeats", "-1"), ("--seed", "-1"),
+        ("--context-tokens", "100"), ("--accuracy", "1.5"), ("--data", MISSING),
+        ("--time-scale", "0"), ("--max-turns", "0"), ("--gamma", "0"),
+        ("--max-questions", "0"), ("--api-base", "localhost:8000"),
+    ],
+    ("token_spec", "bench", "--out", "{tmp}"): [
+        ("--max-tokens", "0"), ("--repeats", "-3"), ("--prompts", "-1"), ("--gamma", "0"),
+        ("--draft-confidence", "1.5"), ("--temperature", "-0.5"), ("--seed", "-1"),
+        ("--threads", "x"), ("--targets", "bogus"),
+    ],
+    ("token_spec", "race", "hi", "--out", "{tmp}"): [
+        ("--max-tokens", "0"), ("--threads", "-1"), ("--drafters", "bogus"),
+    ],
+    ("token_spec", "serve"): [
+        ("--port", "70000"), ("--port", "-1"), ("--gamma", "0"), ("--max-seqs", "0"),
+        ("--max-rows", "17"), ("--threads", "0"), ("--relaxed-threshold", "0"),
+        ("--relaxed-threshold", "1.5"), ("--default-max-tokens", "0"),
+    ],
+    ("token_spec", "audit", URL, URL): [
+        ("--max-tokens", "0"), ("--prompts", "-1"), ("--timeout", "0"),
+        ("--prompt-file", MISSING), ("--domains", "bogus"),
+    ],
+    ("token_spec", "loadtest", "--out", "{tmp}"): [
+        ("--clients", "0"), ("--requests", "0"), ("--max-tokens", "-1"), ("--repeats", "0"),
+        ("--gamma", "0"), ("--threads", "0"), ("--methods", "bogus"),
+    ],
+}
+# (command line, bad flag, bad value)
+BAD = [(list(command), flag, value)
+       for command, values in BAD_VALUES.items() for flag, value in values]
 
 RUN = """
 import sys

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import exit_of, one_line_error
 from spectool import cli as spectool_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,10 +24,9 @@ def token_cli():
 @pytest.mark.parametrize("which", ["spectool", "token_spec"])
 def test_version_flag(which, capsys):
     main = spectool_cli.main if which == "spectool" else token_cli().main
-    with pytest.raises(SystemExit) as exc:
-        main(["--version"])
-    assert exc.value.code == 0
-    assert capsys.readouterr().out.strip() == f"{which} {spectool_cli.version()}"
+    code, out, _ = exit_of(main, ["--version"], capsys)
+    assert code == 0
+    assert out.strip() == f"{which} {spectool_cli.version()}"
 
 
 def flags_without_help(parser: argparse.ArgumentParser) -> list[str]:
@@ -49,15 +49,6 @@ def test_negative_control_a_flag_without_help_is_found():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quiet-flag")
     assert flags_without_help(parser) == ["--quiet-flag"]
-
-
-def one_line_error(main, argv, capsys) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    return err
 
 
 def test_spectool_bench_out_is_checked_before_any_work(monkeypatch, capsys, tmp_path):

@@ -35,6 +35,37 @@ async def chunks(text: str, size: int = 7):
         await anyio.lowlevel.checkpoint()
 
 
+def counting_tool(name: str, result):
+    """A pure tool ``name(x)`` that returns ``result(x)`` after a checkpoint. Returns
+    ``(tool, calls)``: ``calls`` lists the argument of each run, in order."""
+    calls: list[int] = []
+
+    @spectool.tool(speculate="pure", name=name)
+    async def tool(x: int) -> int:
+        calls.append(x)
+        await anyio.lowlevel.checkpoint()
+        return result(x)
+
+    return tool, calls
+
+
+def hanging_tool(name: str = "hang"):
+    """A pure tool whose calls never return. Returns ``(tool, started, cancelled)``:
+    ``started`` is set by its first call, ``cancelled`` lists the argument of each call
+    that was cancelled."""
+    started, cancelled = anyio.Event(), []
+
+    @spectool.tool(speculate="pure", name=name)
+    async def hang(x: int) -> int:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.append(x)
+
+    return hang, started, cancelled
+
+
 class GatedStream:
     """A stream that pauses at given points until a test opens each gate.
 
@@ -90,3 +121,21 @@ class Recorder:
             return msg.upper()
 
         return note
+
+
+class EventGate:
+    """Trace listener: ``seen`` is set once ``count`` events of ``kind`` happened
+    (``"launch"``: speculative launches; ``"shadow_statement"``: statements the shadow
+    finished)."""
+
+    def __init__(self, kind: str, count: int = 1) -> None:
+        self.kind = kind
+        self.count = count
+        self.happened = 0
+        self.seen = anyio.Event()
+
+    def __call__(self, event) -> None:
+        if event.kind == self.kind:
+            self.happened += 1
+            if self.happened >= self.count:
+                self.seen.set()

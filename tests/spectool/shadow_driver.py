@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spectool.shadow import Outcome, ShadowInterpreter, ToolInfo, WaitFor
+from spectool.shadow import Outcome, ShadowInterpreter, ToolInfo, until_wait
 
 TOOLS = {
     "llm_query": ToolInfo("llm_query", "pure"),
@@ -33,15 +33,16 @@ class RecordingHost:
         return self.answer(tool, args, kwargs)
 
 
+def _not_a_wait(event) -> None:
+    raise AssertionError(f"run_statement yielded {event!r}, not a WaitFor")
+
+
 def drive(interp: ShadowInterpreter, source: str, host: RecordingHost) -> None:
+    """Run one statement to its end, answering each wait with ``host.outcome``."""
     gen = interp.run_statement(source)
-    try:
-        request = next(gen)
-        while True:
-            assert isinstance(request, WaitFor)
-            request = gen.send(host.outcome(request.handle))
-    except StopIteration:
-        pass
+    wait = until_wait(gen, None, _not_a_wait)
+    while wait is not None:
+        wait = until_wait(gen, host.outcome(wait.handle), _not_a_wait)
 
 
 def shadow(statements, namespace=None, tools=TOOLS, host=None, limits=None, **host_kw):

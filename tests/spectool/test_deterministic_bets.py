@@ -31,8 +31,10 @@ async def open_store(tools):
             store.close()
 
 
-def deterministic_tool():
-    """A deterministic pure tool that records each execution and numbers its results."""
+@asynccontextmanager
+async def deterministic_store():
+    """A store over ``det``, a deterministic pure tool that records each execution and
+    numbers its results: yields the store and the arguments ``det`` ran with."""
     runs: list[int] = []
 
     @spectool.tool(speculate="pure", deterministic=True, name="det")
@@ -40,13 +42,13 @@ def deterministic_tool():
         runs.append(x)
         return (x, len(runs))
 
-    return det, runs
+    async with open_store([det]) as store:
+        yield store, runs
 
 
 @pytest.mark.anyio
 async def test_tail_bet_on_a_launched_deterministic_call_does_not_run_it_again(anyio_backend):
-    det, runs = deterministic_tool()
-    async with open_store([det]) as store:
+    async with deterministic_store() as (store, runs):
         first = store.launch("det", (1,), {})                 # the statement's launch
         await wait_all_tasks_blocked()
         store.sync_bets([("det", (1,), {})])                  # the tail calls it again
@@ -62,8 +64,7 @@ async def test_tail_bet_on_a_launched_deterministic_call_does_not_run_it_again(a
 @pytest.mark.anyio
 async def test_tail_bet_after_the_real_run_ran_a_deterministic_call_does_not_run_it(
         anyio_backend):
-    det, runs = deterministic_tool()
-    async with open_store([det]) as store:
+    async with deterministic_store() as (store, runs):
         assert await store.call("det", (1,), {}) == (1, 1)    # a miss: the real run ran it
         store.sync_bets([("det", (1,), {})])
         await wait_all_tasks_blocked()
@@ -74,8 +75,7 @@ async def test_tail_bet_after_the_real_run_ran_a_deterministic_call_does_not_run
 
 @pytest.mark.anyio
 async def test_identical_deterministic_tail_bets_launch_one_run(anyio_backend):
-    det, runs = deterministic_tool()
-    async with open_store([det]) as store:
+    async with deterministic_store() as (store, runs):
         store.sync_bets([("det", (1,), {}), ("det", (1,), {})])   # no entry yet
         await wait_all_tasks_blocked()
         assert runs == [1] and store.stats.dispatched == 1
@@ -89,8 +89,7 @@ async def test_identical_deterministic_tail_bets_launch_one_run(anyio_backend):
 @pytest.mark.anyio
 @pytest.mark.parametrize("origin", ["lookahead", "tail"])
 async def test_identical_deterministic_lookahead_bets_launch_one_run(anyio_backend, origin):
-    det, runs = deterministic_tool()
-    async with open_store([det]) as store:
+    async with deterministic_store() as (store, runs):
         store.lookahead_bets([("det", (1,), {})] * 3, origin=origin)
         store.lookahead_bets([("det", (1,), {})] * 2, origin=origin)  # a refresh
         await wait_all_tasks_blocked()

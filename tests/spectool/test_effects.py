@@ -17,7 +17,7 @@ import pytest
 
 import spectool
 import spectool.speculation.store
-from rt_helpers import chunks, fenced
+from rt_helpers import EventGate, chunks, fenced
 from spectool.speculation import Budget, Store
 from spectool.speculation.ledger import Ledger as OccurrenceLedger
 from spectool.trace import Trace, TurnStats
@@ -67,28 +67,21 @@ def claimed_keys(namespace: dict) -> set[str]:
     return {v for v in namespace.values() if isinstance(v, str) and ":post:" in v}
 
 
-class LaunchGate:
-    """Trace listener: ``seen`` is set once ``count`` speculative launches happened."""
-
-    def __init__(self, count: int = 1) -> None:
-        self.count = count
-        self.launches = 0
-        self.seen = anyio.Event()
-
-    def __call__(self, event) -> None:
-        if event.kind == "launch":
-            self.launches += 1
-            if self.launches >= self.count:
-                self.seen.set()
-
-
-async def stream_then(text: str, gate: LaunchGate, rest: str):
+async def stream_then(text: str, gate: EventGate, rest: str):
     """Yield ``text``, wait until the shadow launched, then yield ``rest``."""
     for i in range(0, len(text), 9):
         yield text[i:i + 9]
         await anyio.lowlevel.checkpoint()
     await gate.seen.wait()
     yield rest
+
+
+async def launched_turn(tool, head: str, rest: str, **runtime_kwargs) -> spectool.TurnResult:
+    """A spec turn of ``tool`` whose message streams ``rest`` only once a speculation
+    was launched from ``head``."""
+    gate = EventGate("launch")
+    rt = spectool.Runtime([tool], mode="spec", on_event=gate, **runtime_kwargs)
+    return await rt.run(stream_then(head, gate, rest))
 
 
 class Broken:
@@ -110,10 +103,7 @@ CASES = {
 
 async def run_case(name: str, ledger: Ledger) -> spectool.TurnResult:
     head, rest = CASES[name]
-    gate = LaunchGate()
-    rt = spectool.Runtime([ledger.tool()], mode="spec", on_event=gate,
-                          namespace={"obj": Broken()})
-    return await rt.run(stream_then(head, gate, rest))
+    return await launched_turn(ledger.tool(), head, rest, namespace={"obj": Broken()})
 
 
 @pytest.mark.anyio
@@ -144,9 +134,7 @@ async def test_negative_control_without_settlement_the_check_fails(anyio_backend
 @pytest.mark.anyio
 async def test_claimed_idempotent_speculation_is_not_compensated(anyio_backend):
     ledger = Ledger()
-    gate = LaunchGate()
-    rt = spectool.Runtime([ledger.tool()], mode="spec", on_event=gate)
-    res = await rt.run(stream_then("```repl\na = post('x')\n", gate, "b = post('x')\n```\n"))
+    res = await launched_turn(ledger.tool(), "```repl\na = post('x')\n", "b = post('x')\n```\n")
     assert res.error is None and res.stats.hits >= 1
     assert ledger.compensated == []
     assert res.namespace["a"] != res.namespace["b"]     # two occurrences, two keys
@@ -285,7 +273,7 @@ class TwoPhaseLedger:
 @pytest.mark.parametrize("mode", ["baseline", "spec"])
 async def test_two_phase_claimed_prepares_once_and_commits(anyio_backend, mode):
     ledger = TwoPhaseLedger()
-    gate = LaunchGate()
+    gate = EventGate("launch")
     rt = spectool.Runtime([ledger.tool()], mode=mode, on_event=gate)
     if mode == "spec":
         stream = stream_then("```repl\nr = transfer(5)\n", gate, "```\n")
@@ -302,9 +290,7 @@ async def test_two_phase_claimed_prepares_once_and_commits(anyio_backend, mode):
 @pytest.mark.anyio
 async def test_two_phase_unclaimed_is_aborted_with_what_prepare_returned(anyio_backend):
     ledger = TwoPhaseLedger()
-    gate = LaunchGate()
-    rt = spectool.Runtime([ledger.tool()], mode="spec", on_event=gate)
-    res = await rt.run(stream_then("```repl\nr = transfer(5)\n", gate, "broken = (\n```\n"))
+    res = await launched_turn(ledger.tool(), "```repl\nr = transfer(5)\n", "broken = (\n```\n")
     assert isinstance(res.error, SyntaxError)
     assert ledger.kinds() == ["prepare", "abort"]
     assert ledger.log[1][1:] == (ledger.log[0][1], "hold-5")
@@ -452,27 +438,12 @@ def test_negative_control_a_shallow_snapshot_shows_later_changes():
     assert shallow["a"] != [1]
 
 
-class StatementGate:
-    """Trace listener: ``seen`` is set once the shadow finished ``count`` statements."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.statements = 0
-        self.seen = anyio.Event()
-
-    def __call__(self, event) -> None:
-        if event.kind == "shadow_statement":
-            self.statements += 1
-            if self.statements >= self.count:
-                self.seen.set()
-
-
 STALE_CELL = "xs.append(2)\nsync()\nhold()\nr = post(str(xs))\n"
 
 
 async def run_real_ahead(mode: str, ledger: Ledger, released=None) -> spectool.TurnResult:
     post = ledger.tool()
-    gate = StatementGate(4)
+    gate = EventGate("shadow_statement", 4)
 
     @spectool.tool
     def sync() -> int:                                 # a never tool: the real run is here
@@ -560,7 +531,7 @@ async def keys_of_dict_from_set(mode: str) -> list:
     async def keys_of(d: dict) -> list:
         return list(d)
 
-    gate = StatementGate(2)
+    gate = EventGate("shadow_statement", 2)
     rt = spectool.Runtime([keys_of], mode=mode, namespace={"s": reordered_set()},
                           on_event=gate)
     head = "```repl\nd = {str(k): k for k in s}\nr = keys_of(d)\n"
@@ -706,7 +677,7 @@ async def never_tool_mutates_argument() -> tuple[Ledger, spectool.TurnResult]:
         lst.append(99)                                 # the container it is passed
         return len(lst)
 
-    gate = StatementGate(2)
+    gate = EventGate("shadow_statement", 2)
     rt = spectool.Runtime([add, post], mode="spec", namespace={"xs": [1]}, on_event=gate)
     res = await rt.run(stream_then("```repl\nn = add(xs)\nr = post(str(xs))\n", gate,
                                    "```\n"))

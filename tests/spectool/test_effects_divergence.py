@@ -25,6 +25,7 @@ import pytest
 
 import spectool
 import spectool.speculation.claims
+from rt_helpers import EventGate
 from spectool.shadow_host import protocol as proto
 from spectool.shadow import Unknown
 from spectool.speculation import Budget, Store
@@ -191,22 +192,9 @@ CELL = (
 SPECULATED = 8
 
 
-class LaunchGate:
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.launches = 0
-        self.seen = anyio.Event()
-
-    def __call__(self, event) -> None:
-        if event.kind == "launch":
-            self.launches += 1
-            if self.launches >= self.count:
-                self.seen.set()
-
-
 async def alias_turn(mode: str, shadow: str):
     tool_list, ran = tools()
-    gate = LaunchGate(SPECULATED)
+    gate = EventGate("launch", SPECULATED)
     if mode == "baseline":
         gate.seen.set()
     rt = spectool.Runtime(tool_list, mode=mode, shadow=shadow, on_event=gate,

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 import spectool
-from rt_helpers import GatedStream, Recorder, chunks, fenced
+from rt_helpers import GatedStream, Recorder, chunks, fenced, hanging_tool
 
 MODES = ["baseline", "lazy", "spec"]
 
@@ -92,14 +92,7 @@ async def test_hundred_megabyte_result_hits_the_output_cap(anyio_backend, mode):
 @pytest.mark.parametrize("mode", MODES)
 async def test_stream_raises_mid_cell(anyio_backend, mode):
     rec = Recorder()
-    cancelled = []
-
-    @spectool.tool(speculate="pure")
-    async def hang(x: int) -> int:
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cancelled.append(x)
+    hang, _, cancelled = hanging_tool()
 
     async def broken():
         yield "```repl\nnote('a')\nv = hang(1)\n"
@@ -130,16 +123,7 @@ async def test_stream_ends_mid_statement(anyio_backend, mode):
 @pytest.mark.anyio
 @pytest.mark.parametrize("limit", [1, 16])     # 1: the second call is still queued for budget
 async def test_cancelling_a_turn_mid_flight_leaves_no_task_behind(anyio_backend, limit):
-    started, cancelled = anyio.Event(), []
-
-    @spectool.tool(speculate="pure")
-    async def hang(x: int) -> int:
-        started.set()
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cancelled.append(x)
-
+    hang, started, cancelled = hanging_tool()
     never_opens = anyio.Event()
     before = len(anyio.get_running_tasks())
     rt = spectool.Runtime([hang], mode="spec", max_in_flight=limit)

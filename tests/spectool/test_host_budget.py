@@ -96,6 +96,26 @@ def same(spec, base) -> None:
         (base.stdout, type(base.error), strip(base.namespace))
 
 
+def spy(monkeypatch, owner, name: str, record, when=None) -> list:
+    """Wrap ``owner.name``: each call (for which ``when`` holds, if given) first appends
+    ``record(*args)`` to the returned list, then runs the real one."""
+    seen: list = []
+    real = getattr(owner, name)
+
+    def wrapper(*args):
+        if when is None or when(*args):
+            seen.append(record(*args))
+        return real(*args)
+
+    monkeypatch.setattr(owner, name, wrapper)
+    return seen
+
+
+def thread(*args) -> int:
+    """A ``record`` for ``spy``: the thread the call ran in."""
+    return threading.get_ident()
+
+
 # -- hash flooding ----------------------------------------------------------------------
 
 def test_the_copier_refuses_containers_whose_members_share_one_hash():
@@ -204,13 +224,19 @@ def test_negative_control_arguments_within_the_key_budget_have_keys():
     assert keys.call_key((10 ** 4000,) * 10, {}) is not None
 
 
+async def q_of_chars(monkeypatch, chars: int, shadow: str):
+    """A spec turn that calls ``q`` with a string of ``chars`` characters, under a key
+    budget of 5,000 characters: the result and ``q``'s calls."""
+    monkeypatch.setattr(keys, "MAX_KEY_CHARS", 5_000)
+    q, calls = pure_counter()
+    return await spec_turn([q], {}, f"r = q('x' * {chars})\n", "print(r)\n", shadow), calls
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("shadow", ["process", "thread"])
 async def test_an_oversized_argument_is_not_speculated_and_runs_as_in_baseline(
         anyio_backend, shadow, monkeypatch):
-    monkeypatch.setattr(keys, "MAX_KEY_CHARS", 5_000)
-    q, calls = pure_counter()
-    spec = await spec_turn([q], {}, "r = q('x' * 6_000)\n", "print(r)\n", shadow)
+    spec, calls = await q_of_chars(monkeypatch, 6_000, shadow)
     q2, _ = pure_counter()
     base = await baseline_turn([q2], {}, "r = q('x' * 6_000)\nprint(r)\n")
     same(spec, base)
@@ -222,9 +248,7 @@ async def test_an_oversized_argument_is_not_speculated_and_runs_as_in_baseline(
 @pytest.mark.parametrize("shadow", ["process", "thread"])
 async def test_negative_control_an_argument_within_the_budget_is_speculated(
         anyio_backend, shadow, monkeypatch):
-    monkeypatch.setattr(keys, "MAX_KEY_CHARS", 5_000)
-    q, calls = pure_counter()
-    spec = await spec_turn([q], {}, "r = q('x' * 4_000)\n", "print(r)\n", shadow)
+    spec, calls = await q_of_chars(monkeypatch, 4_000, shadow)
     assert launched(spec, "q") and spec.stats.hits == 1 and len(calls) == 1
 
 
@@ -292,15 +316,8 @@ def test_an_outcome_for_a_shadow_process_is_copied_within_the_loop_budget():
 def spy_deferred_copies(monkeypatch) -> list:
     """The threads in which the process driver copied names past the loop budget."""
     from spectool.shadow_host.process_driver import ProcessShadowDriver
-    threads: list = []
-    real = ProcessShadowDriver._copy_deferred
-
-    def spy(self, deferred, names):
-        threads.append((threading.get_ident(), [name for name, _ in deferred]))
-        return real(self, deferred, names)
-
-    monkeypatch.setattr(ProcessShadowDriver, "_copy_deferred", spy)
-    return threads
+    return spy(monkeypatch, ProcessShadowDriver, "_copy_deferred",
+               lambda self, deferred, names: (thread(), [name for name, _ in deferred]))
 
 
 @pytest.mark.anyio
@@ -370,14 +387,7 @@ async def test_names_not_copied_when_the_real_run_starts_are_sent_as_unknown(
 async def test_the_thread_shadow_copies_a_large_namespace_off_the_loop(anyio_backend,
                                                                       monkeypatch):
     from spectool.shadow_host.snapshot import ThreadSnapshot
-    threads: list = []
-    take = ThreadSnapshot.take
-
-    def spy(self):
-        threads.append(threading.get_ident())
-        take(self)
-
-    monkeypatch.setattr(ThreadSnapshot, "take", spy)
+    threads = spy(monkeypatch, ThreadSnapshot, "take", thread)
     q, calls = pure_counter()
     xs = list(range(LOOP_COPY_ITEMS * 4))
     spec = await spec_turn([q], {"xs": xs}, "r = q(len(xs))\n", "print(r)\n", "thread")
@@ -443,15 +453,7 @@ def test_a_tail_past_the_length_bound_is_withdrawn_not_reported():
 
 
 def feed_sizes(monkeypatch) -> list:
-    sizes: list = []
-    real = Segmenter.feed
-
-    def spy(self, delta):
-        sizes.append(len(delta))
-        return real(self, delta)
-
-    monkeypatch.setattr(Segmenter, "feed", spy)
-    return sizes
+    return spy(monkeypatch, Segmenter, "feed", lambda self, delta: len(delta))
 
 
 BIG_CELL = "".join(f"v{i} = {i} + 1\n" for i in range(3_000)) + "print(v2999)\n"
@@ -497,15 +499,7 @@ async def test_a_statement_too_long_to_parse_is_traced_and_spec_equals_baseline(
 def spy_compile(monkeypatch) -> list:
     """Records every in-process compile ``spectool.execution._compile`` makes (through the
     guarded ``_parse.compile_code``)."""
-    calls: list = []
-    original = compile_mod.compile_code
-
-    def spy(source, *args):
-        calls.append(len(source))
-        return original(source, *args)
-
-    monkeypatch.setattr(compile_mod, "compile_code", spy)
-    return calls
+    return spy(monkeypatch, compile_mod, "compile_code", lambda source, *args: len(source))
 
 
 HUGE = "x = [" + ", ".join(str(i) for i in range(10_000)) + "]\ny = sum(x)\n"
@@ -577,24 +571,22 @@ async def test_baseline_runs_a_huge_cell_compiled_off_the_loop(anyio_backend,
 def spy_deepcopy(monkeypatch, n: int) -> list:
     """The threads that deep-copied a tool result (a list of ``n`` lists)."""
     import copy
-    threads: list = []
-    real = copy.deepcopy
-
-    def spy(value, *args):
-        if type(value) is list and len(value) == n and type(value[0]) is list:
-            threads.append(threading.get_ident())
-        return real(value, *args)
-
-    monkeypatch.setattr(copy, "deepcopy", spy)
-    return threads
+    return spy(monkeypatch, copy, "deepcopy", thread,
+               when=lambda value, *args: (type(value) is list and len(value) == n
+                                          and type(value[0]) is list))
 
 
-def deterministic_rows(n: int):
-    @spectool.tool(speculate="pure", deterministic=True, name="rows")
+def rows_tool(n: int, **options):
+    """A tool ``rows`` (with these ``spectool.tool`` options) that returns ``n`` lists."""
+    @spectool.tool(name="rows", **options)
     async def rows() -> list:
         return [[i] for i in range(n)]
 
     return rows
+
+
+def deterministic_rows(n: int):
+    return rows_tool(n, speculate="pure", deterministic=True)
 
 
 @pytest.mark.anyio
@@ -619,23 +611,11 @@ async def test_a_large_deterministic_result_is_copied_off_the_loop(anyio_backend
 
 def spy_output_size(monkeypatch) -> list:
     import spectool.tools as tools_mod
-    threads: list = []
-    real = tools_mod.output_size
-
-    def spy(value, limit=None):
-        threads.append(threading.get_ident())
-        return real(value, limit)
-
-    monkeypatch.setattr(tools_mod, "output_size", spy)
-    return threads
+    return spy(monkeypatch, tools_mod, "output_size", thread)
 
 
 def capped_rows(n: int, cap: int):
-    @spectool.tool(name="rows", max_output_bytes=cap)
-    async def rows() -> list:
-        return [[i] for i in range(n)]
-
-    return rows
+    return rows_tool(n, max_output_bytes=cap)
 
 
 @pytest.mark.anyio

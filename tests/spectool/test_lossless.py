@@ -151,96 +151,72 @@ def programs(draw) -> str:
         helper = True
     else:
         helper = False
+    def define(statement) -> None:
+        """Append ``statement(v)``, which binds the new variable ``v``, and define ``v``."""
+        v = new_var()
+        lines.append(statement(v))
+        defined.append(v)
+
     for _ in range(draw(st.integers(1, 7))):
         kind = draw(st.sampled_from(["p", "p", "n", "s", "s", "sum", "print", "try", "for",
                                      "if", "helper", "listcomp", "det", "batch", "alias",
                                      "set", "setdict", "match", "heavy", "idem",
                                      "two_phase"]))
         if kind in ("p", "n"):
-            v = new_var()
-            lines.append(f"{v} = {kind}({arg()})")
-            defined.append(v)
+            define(lambda v: f"{v} = {kind}({arg()})")
         elif kind == "s":
             lines.append(f"S.append(s({arg()}))")
         elif kind == "sum" and defined:
-            v = new_var()
-            lines.append(f"{v} = {draw(st.sampled_from(defined))} + {draw(st.sampled_from(defined))}")
-            defined.append(v)
+            define(lambda v: f"{v} = {draw(st.sampled_from(defined))} + "
+                             f"{draw(st.sampled_from(defined))}")
         elif kind == "print":
             what = draw(st.sampled_from(defined)) if defined else "'hello'"
             lines.append(f"print('value', {what})")
         elif kind == "try":
-            v = new_var()
-            lines.append(f"try:\n    {v} = p({arg()})\nexcept ValueError as e:\n"
-                         f"    {v} = -1\n    print('caught', e)")
-            defined.append(v)
+            define(lambda v: f"try:\n    {v} = p({arg()})\nexcept ValueError as e:\n"
+                             f"    {v} = -1\n    print('caught', e)")
         elif kind == "for":
-            v = new_var()
-            k = draw(st.integers(0, 4))
-            lines.append(f"{v} = 0\nfor i in range({k}):\n    {v} += p(i + {draw(st.integers(0, 4))})"
-                         f"\n    S.append(s(i % 2))")
-            defined.append(v)
+            define(lambda v: f"{v} = 0\nfor i in range({draw(st.integers(0, 4))}):\n"
+                             f"    {v} += p(i + {draw(st.integers(0, 4))})\n"
+                             f"    S.append(s(i % 2))")
         elif kind == "if" and defined:
-            v = new_var()
-            lines.append(f"if {draw(st.sampled_from(defined))} > {draw(st.integers(0, 60))}:\n"
-                         f"    {v} = p({arg()})\nelse:\n    {v} = n({arg()})")
-            defined.append(v)
+            define(lambda v: f"if {draw(st.sampled_from(defined))} > {draw(st.integers(0, 60))}:\n"
+                             f"    {v} = p({arg()})\nelse:\n    {v} = n({arg()})")
         elif kind == "helper" and helper:
-            v = new_var()
-            lines.append(f"{v} = h({arg()})")
-            defined.append(v)
+            define(lambda v: f"{v} = h({arg()})")
         elif kind == "det":            # shared deterministic result, mutated by the cell
-            v = new_var()
-            lines.append(f"{v} = d({arg()})\n{v}.append(5)\n{v} = len({v})")
-            defined.append(v)
+            define(lambda v: f"{v} = d({arg()})\n{v}.append(5)\n{v} = len({v})")
         elif kind == "batch":
-            v = new_var()
-            lines.append(f"{v} = sum(pb([{arg()}, {arg()}, {draw(st.integers(0, 9))}]))")
-            defined.append(v)
+            define(lambda v: f"{v} = sum(pb([{arg()}, {arg()}, {draw(st.integers(0, 9))}]))")
         elif kind == "alias":          # mutation through a second name, maybe skipped
-            v = new_var()
             cond = f"n({arg()}) > 1004" if draw(st.booleans()) else f"{arg()} > 4"
-            lines.append(f"a_{v} = [{arg()}]\nb_{v} = a_{v}\nif {cond}:\n"
-                         f"    b_{v}.append(p({arg()}))\n{v} = o(a_{v})")
-            defined.append(v)
+            define(lambda v: f"a_{v} = [{arg()}]\nb_{v} = a_{v}\nif {cond}:\n"
+                             f"    b_{v}.append(p({arg()}))\n{v} = o(a_{v})")
         elif kind == "set":            # a set with a history: its copy iterates otherwise
-            v = new_var()
-            k = draw(st.integers(2, 12))
-            lines.append(f"T_{v} = set(range({k + 40}))\nfor t in range(40):\n"
-                         f"    T_{v}.discard(t)\n"
-                         f"{v} = o({draw(st.sampled_from(['list', 'sorted']))}(T_{v}))"
-                         f" + p(len(T_{v}) % 11)")
-            defined.append(v)
+            define(lambda v: f"T_{v} = set(range({draw(st.integers(2, 12)) + 40}))\n"
+                             f"for t in range(40):\n    T_{v}.discard(t)\n"
+                             f"{v} = o({draw(st.sampled_from(['list', 'sorted']))}(T_{v}))"
+                             f" + p(len(T_{v}) % 11)")
         elif kind == "setdict":        # a dict built from a set of str
-            v = new_var()
-            lines.append(f"W_{v} = {{'x', 'yy', 'zzz', str({arg()})}}\n"
-                         f"D_{v} = {{w: len(w) for w in W_{v}}}\n"
-                         f"{v} = o(list(D_{v}.values())) + len(D_{v})")
-            defined.append(v)
+            define(lambda v: f"W_{v} = {{'x', 'yy', 'zzz', str({arg()})}}\n"
+                             f"D_{v} = {{w: len(w) for w in W_{v}}}\n"
+                             f"{v} = o(list(D_{v}.values())) + len(D_{v})")
         elif kind == "match":
-            v = new_var()
             subject = draw(st.sampled_from(defined)) if defined else arg()
-            lines.append(f"match [{subject} % 3, n({arg()})]:\n"
-                         f"    case [0, m_{v}]:\n        {v} = p(m_{v} % 11)\n"
-                         f"    case [1, *rest_{v}]:\n        {v} = o(rest_{v})\n"
-                         f"    case _:\n        {v} = -2")
-            defined.append(v)
+            define(lambda v: f"match [{subject} % 3, n({arg()})]:\n"
+                             f"    case [0, m_{v}]:\n        {v} = p(m_{v} % 11)\n"
+                             f"    case [1, *rest_{v}]:\n        {v} = o(rest_{v})\n"
+                             f"    case _:\n        {v} = -2")
         elif kind == "heavy":          # a compute-heavy helper the shadow runs too
-            v = new_var()
-            lines.append(f"def heavy_{v}(k):\n    t = 0\n    for j in range(1500):\n"
-                         f"        t = (t * 31 + j + k) % 1000003\n    return t\n"
-                         f"{v} = p(heavy_{v}({arg()}) % 11)")
-            defined.append(v)
+            define(lambda v: f"def heavy_{v}(k):\n    t = 0\n    for j in range(1500):\n"
+                             f"        t = (t * 31 + j + k) % 1000003\n    return t\n"
+                             f"{v} = p(heavy_{v}({arg()}) % 11)")
         elif kind == "idem":
             lines.append(f"I.append(i({arg()}))")
         elif kind == "two_phase":
-            v = new_var()
-            lines.append(f"try:\n    {v} = len(t({arg()}))\nexcept ValueError:\n    {v} = -3")
-            defined.append(v)
+            define(lambda v: f"try:\n    {v} = len(t({arg()}))\nexcept ValueError:\n    {v} = -3")
         elif kind == "listcomp":
-            v = new_var()
-            lines.append(f"{v} = sum([p(j) for j in range({draw(st.integers(0, 4))})])")
-            defined.append(v)
+            define(lambda v: f"{v} = sum([p(j) for j in range({draw(st.integers(0, 4))})])")
     if draw(st.integers(0, 9)) == 0:
         lines.append("broken = (")          # the finished cell does not parse
     code = "\n".join(lines) + "\n"
@@ -346,47 +322,53 @@ SEEN = {"examples": 0, "spec_hits": 0, "lazy_hits": 0, "observed": 0, "idempoten
         "compensated": 0, "aborted": 0}
 
 
+def seen(stats: dict) -> None:
+    """Count one example's speculation in ``SEEN``."""
+    SEEN["examples"] += 1
+    SEEN["spec_hits"] += stats["spec"].hits
+    SEEN["lazy_hits"] += stats["lazy"].hits
+    SEEN["observed"] += stats["spec_observed"] + stats["lazy_observed"]
+
+
+def examples(count: int):
+    """Hypothesis settings of the property tests: ``count`` fixed examples, no deadline."""
+    return settings(max_examples=count, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow,
+                                           HealthCheck.function_scoped_fixture])
+
+
+# a random program, streamed in random delta sizes, with random tool latencies and pace
+STREAMED = dict(message=programs(),
+                sizes=st.lists(st.integers(1, 40), min_size=1, max_size=6),
+                latencies=st.dictionaries(st.integers(0, 6), st.sampled_from(LATENCIES),
+                                          max_size=7),
+                pace=st.sampled_from([0.0, 0.0005, 0.002]))
+
+
 @pytest.mark.anyio
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(message=programs(),
-       sizes=st.lists(st.integers(1, 40), min_size=1, max_size=6),
-       latencies=st.dictionaries(st.integers(0, 6), st.sampled_from(LATENCIES), max_size=7),
-       pace=st.sampled_from([0.0, 0.0005, 0.002]))
+@examples(60)
+@given(**STREAMED)
 # always among the examples: effectful speculations left unclaimed by a cell that
 # never parses (their compensation must happen, exactly once)
 @example(message="```repl\nS = []\nI = []\nI.append(i(4))\nv1 = len(t(2))\n"
                  "v2 = o([3, 1])\nbroken = (\n```\n",
          sizes=[3], latencies={}, pace=0.002)
 async def test_spec_and_lazy_are_lossless(anyio_backend, message, sizes, latencies, pace):
-    stats = await check_lossless(message, sizes, latencies, pace)   # shadow="process"
-    SEEN["examples"] += 1
-    SEEN["spec_hits"] += stats["spec"].hits
-    SEEN["lazy_hits"] += stats["lazy"].hits
-    SEEN["observed"] += stats["spec_observed"] + stats["lazy_observed"]
+    seen(await check_lossless(message, sizes, latencies, pace))   # shadow="process"
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-@settings(max_examples=30, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(message=programs(),
-       sizes=st.lists(st.integers(1, 40), min_size=1, max_size=6),
-       latencies=st.dictionaries(st.integers(0, 6), st.sampled_from(LATENCIES), max_size=7),
-       pace=st.sampled_from([0.0, 0.0005, 0.002]))
+@examples(30)
+@given(**STREAMED)
 async def test_spec_and_lazy_are_lossless_with_the_in_process_shadow(anyio_backend, message,
                                                                     sizes, latencies, pace):
-    stats = await check_lossless(message, sizes, latencies, pace, shadow="thread")
-    SEEN["examples"] += 1
-    SEEN["spec_hits"] += stats["spec"].hits
-    SEEN["lazy_hits"] += stats["lazy"].hits
-    SEEN["observed"] += stats["spec_observed"] + stats["lazy_observed"]
+    seen(await check_lossless(message, sizes, latencies, pace, shadow="thread"))
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])     # one worker process per run: keep it short
-@settings(max_examples=6, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@examples(6)
 @given(message=programs(), sizes=st.lists(st.integers(1, 40), min_size=1, max_size=4))
 async def test_lossless_with_the_subprocess_executor(anyio_backend, message, sizes):
     await check_lossless(message, sizes, {}, 0.0005, executor="subprocess")

@@ -30,10 +30,18 @@ def tools_with_log():
     return [count_rows, q], calls, event
 
 
-@pytest.mark.anyio
-async def test_independent_statements_behind_a_waiting_one_launch_mid_stream(anyio_backend):
+async def spec_turn_held_until(head: str, call: int):
+    """A spec turn whose message ends only once ``q(call)`` has started: the result and
+    the arguments ``q`` ran with."""
     tools, calls, event = tools_with_log()
     rt = spectool.Runtime(tools, mode="spec")
+    with anyio.fail_after(20):
+        res = await rt.run(GatedStream(head, event(call), "```\n"))
+    return res, calls
+
+
+@pytest.mark.anyio
+async def test_independent_statements_behind_a_waiting_one_launch_mid_stream(anyio_backend):
     head = ("```repl\n"
             "n = count_rows()\n"
             "big = n > 100\n"                 # waits for the real count_rows()
@@ -43,9 +51,7 @@ async def test_independent_statements_behind_a_waiting_one_launch_mid_stream(any
             "print(big, out)\n")
     # the stream goes on only once q(4) has started: before the real run exists,
     # only a bet on the statements queued behind the waiting one can start it
-    stream = GatedStream(head, event(4), "```\n")
-    with anyio.fail_after(20):
-        res = await rt.run(stream)
+    res, calls = await spec_turn_held_until(head, 4)
     assert res.error is None and res.stdout == "True [2, 4, 6, 8]\n"
     assert sorted(calls) == [1, 2, 3, 4]            # each ran once
     assert res.stats.hits == 4 and res.stats.wasted == res.stats.evicted == 0
@@ -53,8 +59,6 @@ async def test_independent_statements_behind_a_waiting_one_launch_mid_stream(any
 
 @pytest.mark.anyio
 async def test_names_the_waiting_statement_writes_are_unknown_to_the_peek(anyio_backend):
-    tools, calls, event = tools_with_log()
-    rt = spectool.Runtime(tools, mode="spec")
     head = ("```repl\n"
             "x = 1\n"
             "n = count_rows()\n"
@@ -62,9 +66,7 @@ async def test_names_the_waiting_statement_writes_are_unknown_to_the_peek(anyio_
             "a = q(x)\n"                      # queued: must not be bet on with x == 1
             "b = q(100)\n"
             "print(a, b)\n")
-    stream = GatedStream(head, event(100), "```\n")   # the peek ahead has run
-    with anyio.fail_after(20):
-        res = await rt.run(stream)
+    res, calls = await spec_turn_held_until(head, 100)   # the peek ahead has run
     assert res.error is None and res.namespace["a"] == 1002
     assert 1 not in calls and sorted(calls) == [100, 501]
     assert res.stats.wasted == res.stats.evicted == 0

@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 import spectool.replay as replay_mod
+from cli_helpers import exit_of
 from spectool import cli
 from spectool.replay import (LatencyBook, RecordedCall, ReplayCheckError, ReplayError,
                              load_log, parse_log, replay)
@@ -403,32 +404,27 @@ def test_cli_replay_inprocess_warns_on_stderr(tmp_path, capsys):
     assert err.count("\n") == 1 and "warning: executor 'inprocess'" in err
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["--latency", "inf"], "argument --latency: must be a finite number"),
-    (["--rate", "nan"], "argument --rate: must be a finite number"),
-    (["--latency-per-ktok", "-2"], "argument --latency-per-ktok: must be a finite number >= 0"),
-    (["--harness", "crew"], "argument --harness: invalid choice"),
-    (["--time-limit", "0"], "argument --time-limit: must be > 0"),
+@pytest.mark.parametrize("flag, value, complaint", [
+    ("--latency", "inf", "must be a finite number"),
+    ("--rate", "nan", "must be a finite number"),
+    ("--latency-per-ktok", "-2", "must be a finite number >= 0"),
+    ("--harness", "crew", "invalid choice"),
+    ("--time-limit", "0", "must be > 0"),
 ])
-def test_cli_replay_bad_flags_get_one_line(argv, match, capsys):
-    with pytest.raises(SystemExit) as exc:
-        cli.main(["replay", str(EXAMPLE), *argv])
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.count("\n") == 1 and match in err
+def test_cli_replay_bad_flags_get_one_line(flag, value, complaint, capsys):
+    code, _, err = exit_of(cli.main, ["replay", str(EXAMPLE), flag, value], capsys)
+    assert code == 2 and err.count("\n") == 1 and f"argument {flag}: {complaint}" in err
 
 
 def test_cli_replay_names_a_missing_file(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        cli.main(["replay", str(tmp_path / "nope.json")])
-    assert "no such log file" in capsys.readouterr().err
+    _, _, err = exit_of(cli.main, ["replay", str(tmp_path / "nope.json")], capsys)
+    assert "no such log file" in err
 
 
 def test_cli_replay_a_malformed_log_is_one_line(tmp_path, capsys):
     log = tmp_path / "deep.json"
     log.write_text("[" * 100_000 + "]" * 100_000)
-    with pytest.raises(SystemExit):
-        cli.main(["replay", str(log)])
-    err = capsys.readouterr().err
+    _, _, err = exit_of(cli.main, ["replay", str(log)], capsys)
     assert err.count("\n") == 1 and "nested too deeply" in err
 
 

@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 import spectool
-from rt_helpers import GatedStream, Recorder, chunks, fenced
+from rt_helpers import GatedStream, Recorder, chunks, fenced, hanging_tool
 
 
 @pytest.mark.anyio
@@ -93,16 +93,7 @@ async def test_spec_tail_bet_launches_before_the_line_ends(anyio_backend):
 async def test_spec_tail_bet_invalidated_by_a_later_token_is_withdrawn(anyio_backend):
     if not _tail_peeking_available():
         pytest.skip("the shadow's peek_tail returns no bets yet")
-    started, cancelled = anyio.Event(), []
-
-    @spectool.tool(speculate="pure")
-    async def q(x: int) -> int:
-        started.set()
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cancelled.append(x)
-
+    q, started, cancelled = hanging_tool("q")
     rt = spectool.Runtime([q], mode="spec")
     stream = GatedStream("```repl\nv = q(1)", started, " if False else 3\nprint(v)\n```\n")
     with anyio.fail_after(20):
@@ -138,16 +129,7 @@ async def test_lazy_real_run_does_not_wait_for_the_shadow(anyio_backend):
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["lazy", "spec"])
 async def test_cell_that_does_not_parse_cancels_speculations(anyio_backend, mode):
-    cancelled, started = [], anyio.Event()
-
-    @spectool.tool(speculate="pure")
-    async def hang(x: int) -> int:
-        started.set()
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cancelled.append(x)
-
+    hang, started, cancelled = hanging_tool()
     rec = Recorder()
     rt = spectool.Runtime([hang, rec.never()], mode=mode)
     with anyio.fail_after(20):

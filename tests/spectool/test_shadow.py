@@ -12,6 +12,11 @@ def known(interp, name):
     return v
 
 
+def unknowns(interp, *names) -> list[str]:
+    """Those of ``names`` whose value the shadow holds as ``Unknown``."""
+    return [name for name in names if type(interp.value_of(name)) is Unknown]
+
+
 def test_helper_called_in_a_loop_fans_out_without_waiting():
     ctx = "\n".join(f"line {i}" for i in range(25))
     interp, host = shadow([
@@ -69,8 +74,7 @@ def test_non_speculatable_tool_is_never_launched_and_taints():
     ])
     assert [l[0] for l in host.launches] == ["llm_query"]
     assert host.launches[0][1] == ("ok",)
-    assert type(interp.value_of("n")) is Unknown
-    assert type(interp.value_of("r")) is Unknown
+    assert unknowns(interp, "n", "r") == ["n", "r"]
     assert known(interp, "safe") == 42
 
 
@@ -83,8 +87,7 @@ def test_unknown_condition_skips_block_and_taints_what_it_writes():
         "after = other + 1",
     ])
     assert host.launches == []
-    assert type(interp.value_of("count")) is Unknown
-    assert type(interp.value_of("items")) is Unknown
+    assert unknowns(interp, "count", "items") == ["count", "items"]
     assert known(interp, "after") == 6
 
 
@@ -96,7 +99,7 @@ def test_unknown_break_in_loop_abandons_the_loop():
         "y = still",
     ])
     assert [l[1] for l in host.launches] == [("0",)]
-    assert type(interp.value_of("done")) is Unknown
+    assert unknowns(interp, "done") == ["done"]
     assert known(interp, "y") == 1
 
 
@@ -144,7 +147,7 @@ def test_non_plain_namespace_values_are_unknown():
 
 def test_host_declining_gives_unknown():
     interp, host = shadow(["r = llm_query('a')", "n = len(r)"], decline={"llm_query"})
-    assert type(interp.value_of("n")) is Unknown
+    assert unknowns(interp, "n") == ["n"]
 
 
 def test_launch_arguments_are_snapshots():
@@ -242,8 +245,7 @@ def test_unknown_elements_taint_only_themselves():
     ])
     assert known(interp, "n") == 3
     assert known(interp, "tail") == [2, 3]
-    assert type(interp.value_of("head")) is Unknown
-    assert type(interp.value_of("total")) is Unknown
+    assert unknowns(interp, "head", "total") == ["head", "total"]
 
 
 def test_run_statement_is_a_generator_of_waitfor():

@@ -65,7 +65,11 @@ def kinds(result) -> list[str]:
     return [e.kind for e in result.trace.events]
 
 
-async def _two_turns(rt, gate):
+async def _two_turns(pool):
+    """Two turns of one runtime on ``pool``; the second's real run must be unaffected."""
+    calls, q = recorder()
+    gate = Gate()
+    rt = runtime(q, pool, gate)
     with anyio.fail_after(60):
         first = await rt.run(gate.stream("a = q(1)\n"))
         second = await rt.run(gate.stream("b = q(2)\n", "c = q(3)\nprint(a, b, c)\n"))
@@ -74,20 +78,24 @@ async def _two_turns(rt, gate):
 
 
 # ------------------------------------------------------------------ stale frames
-async def test_a_frame_left_from_an_earlier_lease_is_dropped(anyio_backend, monkeypatch):
-    dropped = [0]
+def _most_stale_frames(monkeypatch) -> list[int]:
+    """Spy on the driver's reads: ``[0]`` becomes the most stale frames a driver dropped."""
+    most = [0]
     real = sp.ProcessShadowDriver._read
 
     async def counting(self):
         reply = await real(self)
-        dropped[0] = max(dropped[0], self.stale_frames)
+        most[0] = max(most[0], self.stale_frames)
         return reply
 
     monkeypatch.setattr(sp.ProcessShadowDriver, "_read", counting)
-    calls, q = recorder()
-    gate = Gate()
+    return most
+
+
+async def test_a_frame_left_from_an_earlier_lease_is_dropped(anyio_backend, monkeypatch):
+    dropped = _most_stale_frames(monkeypatch)
     with CompromisedPool("stale") as pool:
-        first, second = await _two_turns(runtime(q, pool, gate), gate)
+        first, second = await _two_turns(pool)
         assert dropped[0] == 1                  # the stale frame was seen and dropped
         assert "shadow_error" not in kinds(second) and "shadow_crashed" not in kinds(second)
         assert second.stats.dispatched >= 1     # the second turn's shadow still works
@@ -109,19 +117,15 @@ async def test_negative_control_without_the_lease_check_the_stale_frame_is_read(
                 return reply
 
     monkeypatch.setattr(sp.ProcessShadowDriver, "_read", any_lease)
-    calls, q = recorder()
-    gate = Gate()
     with CompromisedPool("stale") as pool:
-        await _two_turns(runtime(q, pool, gate), gate)
+        await _two_turns(pool)
         # the second turn took the first turn's leftover frame as an answer
         assert False in consumed
 
 
 async def test_a_flood_of_stale_frames_ends_that_worker(anyio_backend):
-    calls, q = recorder()
-    gate = Gate()
     with CompromisedPool("stale_flood") as pool:
-        _, second = await _two_turns(runtime(q, pool, gate), gate)
+        _, second = await _two_turns(pool)
         errors = [e.data for e in second.trace.events if e.kind == "shadow_error"]
         assert errors and "another lease" in errors[0]["error"]
         assert pool.killed >= 1 and pool.leased == 0
@@ -130,19 +134,9 @@ async def test_a_flood_of_stale_frames_ends_that_worker(anyio_backend):
 async def test_negative_control_unbounded_stale_frames_are_all_read(anyio_backend,
                                                                      monkeypatch):
     monkeypatch.setattr(sp, "MAX_STALE_FRAMES", 1 << 30)
-    seen = [0]
-    real = sp.ProcessShadowDriver._read
-
-    async def counting(self):
-        reply = await real(self)
-        seen[0] = max(seen[0], self.stale_frames)
-        return reply
-
-    monkeypatch.setattr(sp.ProcessShadowDriver, "_read", counting)
-    calls, q = recorder()
-    gate = Gate()
+    seen = _most_stale_frames(monkeypatch)
     with CompromisedPool("stale_flood") as pool:
-        _, second = await _two_turns(runtime(q, pool, gate), gate)
+        _, second = await _two_turns(pool)
         assert "shadow_error" not in kinds(second)
         assert seen[0] == 500                   # every stale frame was read (and dropped)
 
@@ -161,13 +155,17 @@ def _count_lookaheads(monkeypatch) -> list[int]:
     return taken
 
 
-async def test_a_lookahead_flood_is_cut_short(anyio_backend, monkeypatch):
-    taken = _count_lookaheads(monkeypatch)
+async def _one_turn(pool, seconds: float):
     calls, q = recorder()
     gate = Gate()
+    with anyio.fail_after(seconds):
+        return await runtime(q, pool, gate).run(gate.stream("a = q(1)\n", "print(a)\n"))
+
+
+async def test_a_lookahead_flood_is_cut_short(anyio_backend, monkeypatch):
+    taken = _count_lookaheads(monkeypatch)
     with CompromisedPool("lookahead_flood") as pool:
-        with anyio.fail_after(60):
-            res = await runtime(q, pool, gate).run(gate.stream("a = q(1)\n", "print(a)\n"))
+        res = await _one_turn(pool, seconds=60)
         assert res.stdout == "q1\n" and res.error is None
         errors = [e.data for e in res.trace.events if e.kind == "shadow_error"]
         assert errors and "lookahead" in errors[0]["error"]
@@ -179,11 +177,8 @@ async def test_negative_control_an_unbounded_lookahead_flood_is_all_processed(
         anyio_backend, monkeypatch):
     monkeypatch.setattr(sp, "MAX_LOOKAHEAD_FRAMES", 1 << 30)
     taken = _count_lookaheads(monkeypatch)
-    calls, q = recorder()
-    gate = Gate()
     with CompromisedPool("lookahead_flood") as pool:
-        with anyio.fail_after(120):
-            res = await runtime(q, pool, gate).run(gate.stream("a = q(1)\n", "print(a)\n"))
+        res = await _one_turn(pool, seconds=120)
         assert res.stdout == "q1\n"
         assert len(taken) >= 2000               # every frame of the flood was processed
 
@@ -249,10 +244,8 @@ async def test_negative_control_separate_lanes_do_not_stop_a_compromised_worker(
 
 
 async def test_a_worker_keeps_serving_its_own_runtime(anyio_backend):
-    calls, q = recorder()
-    gate = Gate()
     with ShadowPool(1, isolate_runtimes=True) as pool:
-        first, second = await _two_turns(runtime(q, pool, gate), gate)
+        first, second = await _two_turns(pool)
         pids = _pids(first, second)
         assert pids[0] and pids[0] == pids[1] and pool.reset == 0
 

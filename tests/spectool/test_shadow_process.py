@@ -23,7 +23,7 @@ import spectool
 from spectool.shadow_host import protocol as proto
 from spectool.shadow_host.pool import ShadowPool, ShadowWorkerLimits
 from spectool.shadow_host.worker_process import WorkerProcess
-from rt_helpers import child_pids, chunks, fenced
+from rt_helpers import child_pids, chunks, counting_tool, fenced
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOST = os.path.join(HERE, "shadow_attack_host.py")
@@ -410,14 +410,7 @@ async def test_a_hostile_worker_is_killed_and_the_turn_equals_baseline(anyio_bac
 @pytest.mark.anyio
 @pytest.mark.parametrize("shadow", ["process", "thread"])
 async def test_both_shadows_speculate_the_same_calls(anyio_backend, shadow):
-    calls = []
-
-    @spectool.tool(speculate="pure")
-    async def q(x: int) -> int:
-        calls.append(x)
-        await anyio.sleep(0)
-        return x * 10
-
+    q, calls = counting_tool("q", lambda x: x * 10)
     gate = anyio.Event()
 
     def on_event(event):

@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 import spectool
+from rt_helpers import counting_tool
 from spectool.execution.subprocess_executor import (Opaque, SubprocessExecutor, WorkerLimits,
                                                     safe_loads)
 
@@ -120,13 +121,7 @@ def test_allow_list_unpickler_refuses_code():
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["baseline", "spec"])
 async def test_runtime_with_subprocess_executor(anyio_backend, mode):
-    seen = []
-
-    @spectool.tool(speculate="pure")
-    async def double(x: int) -> int:
-        seen.append(x)
-        await anyio.lowlevel.checkpoint()
-        return 2 * x
+    double, seen = counting_tool("double", lambda x: 2 * x)
 
     async def paced(text):
         for i in range(0, len(text), 5):

@@ -35,3 +35,15 @@ def fast_target():
     """The default target: the lean batch-invariant forward, bf16 where the CPU has
     native bf16 (else fp32)."""
     return _load()
+
+
+@pytest.fixture(scope="module")
+def native_module():
+    """The compiled layer loop (``token_spec.native_layers``); fails the test where it
+    does not build."""
+    from token_spec import native_layers
+
+    module = native_layers.load()
+    if module is None:  # pragma: no cover - a machine without g++/ninja
+        pytest.fail(f"the native layer loop did not build here: {native_layers.build_error()}")
+    return module

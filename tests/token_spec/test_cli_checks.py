@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("starlette")
 
+from cli_helpers import flag_cases, one_line_error  # noqa: E402
 from token_spec.cli import main  # noqa: E402
 
 
@@ -28,34 +29,21 @@ def no_model(monkeypatch):
 
 
 def _one_line_error(capsys, argv: list[str]) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1, captured.err
-    assert captured.out == ""
-    return lines[0]
+    return one_line_error(main, argv, capsys, out="")
 
 
-@pytest.mark.parametrize("argv, named", [
-    (["--port", "99999"], "--port"),
-    (["--port", "-1"], "--port"),
-    (["--port", "http"], "--port"),
-    (["--gamma", "0"], "--gamma"),
-    (["--gamma", "16"], "--gamma"),
-    (["--threads", "-2"], "--threads"),
-    (["--threads", "0"], "--threads"),
-    (["--max-rows", "0"], "--max-rows"),
-    (["--max-rows", "17"], "--max-rows"),
-    (["--max-seqs", "0"], "--max-seqs"),
-    (["--default-max-tokens", "0"], "--default-max-tokens"),
-    (["--relaxed-threshold", "0"], "--relaxed-threshold"),
-    (["--relaxed-threshold", "1.5"], "--relaxed-threshold"),
-    (["--target", "fp16"], "--target"),
-    (["--gate", "maybe"], "--gate"),
-    (["--speculative", "none", "--acceptance", "relaxed"], "--acceptance"),
-])
+@pytest.mark.parametrize("argv, named", flag_cases({
+    "--port": ("99999", "-1", "http"),
+    "--gamma": ("0", "16"),
+    "--threads": ("-2", "0"),
+    "--max-rows": ("0", "17"),
+    "--max-seqs": ("0",),
+    "--default-max-tokens": ("0",),
+    "--relaxed-threshold": ("0", "1.5"),
+    "--target": ("fp16",),
+    "--gate": ("maybe",),
+}) + [pytest.param(["--speculative", "none", "--acceptance", "relaxed"], "--acceptance",
+                   id="--acceptance relaxed without speculation")])
 def test_bad_serve_flag_is_one_line_naming_it(capsys, argv, named):
     line = _one_line_error(capsys, ["serve", *argv])
     assert line.startswith("token_spec serve: error:") and named in line
@@ -75,17 +63,16 @@ def test_a_host_that_cannot_be_bound_is_reported(capsys):
     assert "--host" in line and "no-such-host.invalid" in line
 
 
-@pytest.mark.parametrize("argv, named", [
-    (["--clients", "0"], "--clients"),
-    (["--clients", "1,x"], "--clients"),
-    (["--requests", "0"], "--requests"),
-    (["--max-tokens", "0"], "--max-tokens"),
-    (["--repeats", "0"], "--repeats"),
-    (["--methods", "none,foo"], "--methods"),
-    (["--gamma", "0"], "--gamma"),
-    (["--threads", "-2"], "--threads"),
-    (["--target", "fp16"], "--target"),
-])
+@pytest.mark.parametrize("argv, named", flag_cases({
+    "--clients": ("0", "1,x"),
+    "--requests": ("0",),
+    "--max-tokens": ("0",),
+    "--repeats": ("0",),
+    "--methods": ("none,foo",),
+    "--gamma": ("0",),
+    "--threads": ("-2",),
+    "--target": ("fp16",),
+}))
 def test_bad_loadtest_flag_is_one_line_naming_it(capsys, tmp_path, argv, named):
     line = _one_line_error(capsys, ["loadtest", "--out", str(tmp_path), *argv])
     assert line.startswith("token_spec loadtest: error:") and named in line
@@ -127,12 +114,12 @@ def test_audit_unreachable_url_is_one_line_naming_it(capsys, tmp_path, side):
     assert dead in line and "cannot reach" in line
 
 
-@pytest.mark.parametrize("argv, named", [
-    (["--max-tokens", "0"], "--max-tokens"),
-    (["--prompts", "-1"], "--prompts"),
-    (["--timeout", "0"], "--timeout"),
-    (["--domains", "cooking"], "--domains"),
-])
+@pytest.mark.parametrize("argv, named", flag_cases({
+    "--max-tokens": ("0",),
+    "--prompts": ("-1",),
+    "--timeout": ("0",),
+    "--domains": ("cooking",),
+}))
 def test_bad_audit_flag_is_one_line_naming_it(capsys, tmp_path, argv, named):
     line = _one_line_error(capsys, ["audit", "http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1",
                                     "--out", str(tmp_path), *argv])

