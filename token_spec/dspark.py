@@ -27,10 +27,11 @@ Pieces:
   the first decline ends the round's draft.
 * ``DSparkDrafter``: a ``Drafter`` that runs the step drafter, asks the schedule before
   drawing each token, and stops there. A round whose costs cannot pay for even a sure
-  first draft (``SurvivalSchedule.opens``: a wide batch, a short budget) runs no draft
-  step at all; the draft cache catches up in one feed when a later round opens. Its round is also a plan of draft-model feeds
-  (``token_spec.draft_steps``), so a server packs the draft steps of all its sequences:
-  a sequence whose schedule stops drops out of the later passes.
+  first draft (``SurvivalSchedule.opens``: a wide batch makes every verify row dear)
+  runs no draft step at all; the draft cache catches up in one feed when a later round
+  opens. Its round is also a plan of draft-model feeds (``token_spec.draft_steps``), so
+  a server packs the draft steps of all its sequences: a sequence whose schedule stops
+  drops out of the later passes.
 
 Exactness: a_k is computed from the draft's row k, a function of the verified context
 and d_1..d_{k-1} only, and the decision to verify position k is taken before d_k is
