@@ -26,9 +26,12 @@ Pieces:
   steps, in target steps). Position k is admitted iff E_k / cost_k > E_{k-1} / cost_{k-1};
   the first decline ends the round's draft.
 * ``DSparkDrafter``: a ``Drafter`` that runs the step drafter, asks the schedule before
-  drawing each token, and stops there. Its round is also a plan of draft-model feeds
-  (``token_spec.draft_steps``), so a server packs the draft steps of all its sequences:
-  a sequence whose schedule stops drops out of the later passes.
+  drawing each token, and stops there. A round whose costs cannot pay for even a sure
+  first draft (``SurvivalSchedule.opens``: a wide batch makes every verify row dear)
+  runs no draft step at all; the draft cache catches up in one feed when a later round
+  opens. Its round is also a plan of draft-model feeds (``token_spec.draft_steps``), so
+  a server packs the draft steps of all its sequences: a sequence whose schedule stops
+  drops out of the later passes.
 
 Exactness: a_k is computed from the draft's row k, a function of the verified context
 and d_1..d_{k-1} only, and the decision to verify position k is taken before d_k is
@@ -159,6 +162,12 @@ class SurvivalSchedule:
     def start(self) -> Admission:
         return Admission(self)
 
+    def opens(self) -> bool:
+        """Whether a round can verify any draft at all: a first position sure to survive
+        (a_1 = 1) would be admitted. From the costs alone, so a round that cannot open is
+        known before any draft step runs."""
+        return self.start().admit(1.0)
+
     def length(self, survival: Sequence[float]) -> int:
         """The admitted length for estimates a_1, a_2, ... (what a round would verify)."""
         adm = self.start()
@@ -217,6 +226,9 @@ class DSparkDrafter:
         the schedule ends early feeds no further position."""
         ctx = [int(t) for t in context]
         if k <= 0 or not ctx:
+            return Draft(tokens=torch.empty(0, dtype=torch.long))
+        if not self.schedule.opens():  # no draft step runs; the draft cache catches up when a round opens
+            self.lengths[0] = self.lengths.get(0, 0) + 1
             return Draft(tokens=torch.empty(0, dtype=torch.long))
         greedy = params.temperature == 0
         logits = yield from self._first(ctx)

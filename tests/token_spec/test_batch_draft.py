@@ -202,6 +202,60 @@ def test_the_model_steps_run_as_packed_passes(tiny, monkeypatch):
     assert 2 * (inside["solo"] + inside["packed"]) < per_sequence, (inside, calls)
 
 
+# a first draft row costs as much as a second target row: even a sure draft cannot pay
+DEAR = tuple(1.0 + 1.0 * w for w in range(16))
+
+
+def _counted_forwards(monkeypatch) -> dict:
+    """Draft-model forwards from now on, one-sequence and packed (prefills included)."""
+    calls = {"solo": 0, "packed": 0}
+    real_forward, real_pass = FastLlama.forward, PackedLM._pass
+
+    def forward(self, *args, **kwargs):
+        calls["solo"] += 1
+        return real_forward(self, *args, **kwargs)
+
+    def packed(self, segs):
+        calls["packed"] += 1
+        return real_pass(self, segs)
+
+    monkeypatch.setattr(FastLlama, "forward", forward)
+    monkeypatch.setattr(PackedLM, "_pass", packed)
+    return calls
+
+
+@pytest.mark.parametrize("costs, runs", [(DEAR, False), (CHEAP, True)], ids=["cannot pay", "control: can pay"])
+def test_dspark_rounds_whose_costs_cannot_pay_a_sure_first_draft_run_no_draft_forward(tiny, monkeypatch, costs, runs):
+    """A step whose schedule cannot admit even a first draft sure to survive (a_1 = 1; a
+    wide batch makes every verify row dear) pays no draft-model work: no prefill of the
+    draft cache, no catch-up, no first row. The control (cheap rows) drafts, with the
+    same counting. The draft cache stays correct: when rounds open again, the drafts
+    are the ones drafters that drafted all along give."""
+    conf = TopProbConfidence(greedy=(8.0, 1.0), sampled=(8.0, 1.0))
+    schedules = [SurvivalSchedule(costs=costs, draft_cost=0.05, max_tokens=4) for _ in range(6)]
+    drafters = [DSparkDrafter(ModelDrafter(tiny), conf, s) for s in schedules]
+    contexts = _contexts(random.Random(5), 6, POOL)
+    for d, c in zip(drafters, contexts):
+        d.begin(c)
+    assert all(s.opens() is runs for s in schedules)
+    calls = _counted_forwards(monkeypatch)
+    for step in range(3):
+        drafts = propose_many([DraftRequest(d, c + [7] * step, 4, GREEDY, None) for d, c in zip(drafters, contexts)])
+        assert all(d.tokens.numel() == 0 for d in drafts) or runs
+    assert (calls["solo"] + calls["packed"] > 0) is runs, calls
+    # rounds open again (the batch narrowed): the lagging caches catch up, the drafts are exact
+    for s in schedules:
+        s.costs = CHEAP
+    late = propose_many([DraftRequest(d, c + [7] * 3, 4, GREEDY, None) for d, c in zip(drafters, contexts)])
+    fresh = [DSparkDrafter(ModelDrafter(tiny), conf, SurvivalSchedule(costs=CHEAP, draft_cost=0.05, max_tokens=4))
+             for _ in contexts]
+    for d, c in zip(fresh, contexts):
+        d.begin(c)
+    want = [d.propose(c + [7] * 3, 4, GREEDY, None) for d, c in zip(fresh, contexts)]
+    assert [d.tokens.tolist() for d in late] == [d.tokens.tolist() for d in want]
+    assert sum(d.tokens.numel() for d in late) > 0
+
+
 def swapped(requests):
     """Negative control: the batched drafts handed out one sequence off."""
     out = propose_many(requests)

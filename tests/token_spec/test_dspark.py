@@ -115,6 +115,24 @@ def test_schedule_uses_pass_costs_and_draft_cost():
     assert SurvivalSchedule((1.0,) * 9, draft_cost=0.5, max_tokens=8).length([0.3] * 8) == 0
 
 
+def test_schedule_opens_only_where_a_sure_first_draft_would_pay():
+    assert SurvivalSchedule((1.0, 1.5), max_tokens=4).opens()  # 2 tokens for 1.5: pays
+    assert not SurvivalSchedule((1.0, 2.0), max_tokens=4).opens()  # 2 tokens for 2.0: does not
+    assert not SurvivalSchedule((1.0, 1.5), draft_cost=0.5, max_tokens=4).opens()
+    assert not SurvivalSchedule((1.0, 1.0), max_tokens=0).opens()
+
+
+def test_drafter_whose_schedule_cannot_open_feeds_nothing():
+    spy = _Spy()
+    shut = DSparkDrafter(spy, TopProbConfidence(), SurvivalSchedule((1.0, 2.0, 2.5), max_tokens=2))
+    assert shut.propose([1, 2], 2, SamplingParams(temperature=0), None).tokens.numel() == 0
+    assert spy.log == [] and shut.lengths == {0: 1}
+    spy = _Spy()  # control: a schedule that opens reads the first row
+    open_ = DSparkDrafter(spy, TopProbConfidence(), SurvivalSchedule((1.0, 1.2, 1.3), max_tokens=2))
+    assert open_.propose([1, 2], 2, SamplingParams(temperature=0), None).tokens.numel() == 2
+    assert spy.log[0] == ("row", 1)
+
+
 def test_schedule_rejects_bad_costs():
     with pytest.raises(ValueError):
         SurvivalSchedule(())

@@ -286,6 +286,24 @@ def test_the_switch_stops_drafting_where_drafting_measured_slower(fast_target, a
         assert len(proposed) >= decode_steps - 4
 
 
+@pytest.mark.parametrize("ahead", [False, True], ids=["not drafting ahead", "control: drafting ahead"])
+def test_a_step_that_prefills_drafts_only_where_the_switch_prefers_drafting(fast_target, ahead):
+    """A step that admits new requests is not timed by the switch; it takes the arm ahead
+    at its width instead of drafting regardless, so a server where drafting measured slower
+    pays no draft work on its prefill steps either."""
+    switch = DraftSwitch()
+    switch.record(4, True, 100 if ahead else 1, 1.0)
+    switch.record(4, False, 10, 1.0)
+    proposed = []
+    engine = _engine(fast_target, "none", drafter_factory=NeverRight, switch=switch,
+                     on_round=lambda p, a: proposed.append((p, a)))
+    for i, ids in enumerate(_prompts(fast_target)):
+        engine.submit(Request(id=f"r{i}", prompt_ids=ids, params=SamplingParams(temperature=0, max_tokens=8)))
+    engine.step()  # prefills all four, then decodes them in one packed pass
+    assert len(proposed) == (4 if ahead else 0)
+    assert switch.rates == {(4, True): 100 if ahead else 1, (4, False): 10}  # the step was not recorded
+
+
 def test_the_gates_get_the_costs_of_the_step_batch_width(fast_target):
     engine = _engine(fast_target, "ngram", gate_costs=CHEAP)
     for i, ids in enumerate(_prompts(fast_target)):

@@ -46,6 +46,19 @@ def test_drafting_wins_where_it_measured_faster():
     assert [s.choose(1) for _ in range(8)].count(False) == 2
 
 
+def test_an_unrecorded_step_takes_the_arm_ahead_without_exploring():
+    s = DraftSwitch(explore_every=2)
+    assert s.prefers(2) is True  # nothing measured: drafting, as choose starts
+    _measured(s, 2, on_rate=10, off_rate=20)
+    before = (dict(s.since), dict(s.wait))
+    assert [s.prefers(2) for _ in range(10)] == [False] * 10  # never the exploration choose makes
+    assert (dict(s.since), dict(s.wait)) == before
+    assert True in [s.choose(2) for _ in range(3)]  # control: choose explores
+    assert s.prefers(4) is False  # an unmeasured width: what the nearest narrower one prefers
+    _measured(s, 2, on_rate=1000, off_rate=0)
+    assert s.prefers(2) is True
+
+
 def test_widths_are_measured_apart():
     s = DraftSwitch()
     _measured(s, 1, on_rate=30, off_rate=20)

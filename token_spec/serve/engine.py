@@ -14,7 +14,8 @@
    per-sequence pass costs at the batch width (``batch_costs``) and decides, from the
    request's earlier rounds only, whether and how much to draft; with a ``DraftSwitch``
    (``token_spec.serve.switch``) the step drafts at all only while drafting steps of
-   this batch width have measured at least the token rate of steps that did not;
+   this batch width have measured at least the token rate of steps that did not (a
+   step that prefills a prompt is not measured and takes the arm ahead);
 4. ``PackedLM.forward`` over all segments (``token_spec.packed``: new prompts are
    prefilled, each in its own pass, and every decoding request's pending token and
    draft go in one packed pass of the lean forward);
@@ -314,9 +315,14 @@ class BatchEngine:
         decoding = seqs  # a new request is prefilled in its own pass, then decodes in this step's packed pass
         t0 = self.clock()
         k_budget = draft_budget(len(decoding), 0, self.max_rows, self.gamma)
-        # the switch compares whole steps: only steps that prefill nothing, where drafting was possible
+        # the switch compares whole steps: only steps that prefill nothing, where drafting was
+        # possible; a step that prefills takes the arm ahead without being recorded
         switched = self.switch is not None and k_budget > 0 and not new
-        drafting = self.switch.choose(len(decoding)) if switched else True
+        drafting = True
+        if switched:
+            drafting = self.switch.choose(len(decoding))
+        elif self.switch is not None and k_budget > 0:
+            drafting = self.switch.prefers(len(decoding))
         if not drafting:
             k_budget = 0
         self.last_budget = k_budget

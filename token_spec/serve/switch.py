@@ -16,7 +16,9 @@ each time it is still behind the wait doubles (up to ``max_explore_every``), so 
 losing arm costs little while a change in load or in the prompts is still seen; when
 the arms swap, the wait starts again from ``explore_every``. A width not measured yet
 starts with the arm the nearest measured narrower width prefers (a wider step makes
-drafting dearer, never cheaper), else with "on".
+drafting dearer, never cheaper), else with "on". A step whose time is not comparable
+(it also prefills a prompt) is not recorded and takes the arm ahead (``prefers``): where
+drafting does not pay, those steps do not draft either.
 
 Exactness: drafting or not never changes what a lossless verifier emits (each emitted
 token is distributed as the target's, greedy output is vanilla's), and the decision
@@ -66,6 +68,15 @@ class DraftSwitch:
             return True
         w = max(narrower)
         return self.rates[(w, True)] >= self.rates[(w, False)]
+
+    def prefers(self, width: int) -> bool:
+        """The arm ahead at this width (the one ``choose`` would take between explorations),
+        without exploring or counting a step: for steps whose time is not compared (a step
+        that also prefills a prompt)."""
+        on, off = self.rates.get((width, True)), self.rates.get((width, False))
+        if on is None or off is None:  # not compared yet at this width
+            return self._first(width)
+        return on >= off
 
     def choose(self, width: int) -> bool:
         """Whether this step (``width`` decoding sequences) lets the drafters draft."""
