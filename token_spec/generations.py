@@ -19,6 +19,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from .report import load_average, markdown_table
+
 __all__ = ["GENERATIONS", "Generation", "render_generations", "main"]
 
 
@@ -69,7 +71,7 @@ def render_generations(data: dict[str, Any]) -> str:
 
     head = (["generation", "our drafter", "what it improves", "article's τ"]
             + [f"our τ, {d}" for d in domains] + ["our mean τ", "article's ordering here"])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for g in GENERATIONS:
         if g.beats is None:
             order = "first"
@@ -80,12 +82,12 @@ def render_generations(data: dict[str, Any]) -> str:
         cells = [g.name, f"`{g.drafter}`", g.lever, g.article_tau]
         cells += [f"{taus[g.drafter][d]:.2f}" if d in taus[g.drafter] else "-" for d in domains]
         cells += [f"{mean(g.drafter):.2f}", order]
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
     env = data.get("environment", {})
-    load = env.get("load_average")
+    lines = markdown_table(head, rows)
     lines += ["", f"`{data['command']}`"
               + (f", {env['cpu']}" if env.get("cpu") else "")
-              + (f", load average {load[0]:.1f}" if load else "")
+              + load_average(env)
               + "; greedy τ of `eagle3` and the block drafters depends only on the outputs, "
               "while `dspark`'s schedule also reads the pass costs measured at start-up."]
     return "\n".join(lines)

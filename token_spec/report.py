@@ -1,12 +1,14 @@
 """What the ``token_spec`` commands that write a results file share to present it: the
-results table as plain text (``table_formatter``) and matplotlib's pyplot for drawing the
-figure into a file (``pyplot``)."""
+results table as plain text (``table_formatter``), matplotlib's pyplot for drawing the
+figure into a file (``pyplot``), and the markdown tables the README quotes from a
+results file (``markdown_table``, ``load_average``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-__all__ = ["table_formatter", "pyplot"]
+__all__ = ["table_formatter", "pyplot", "markdown_table", "load_average"]
 
 
 def table_formatter(results_table: Callable) -> Callable[[dict], str]:
@@ -29,3 +31,17 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def markdown_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """The lines of a markdown table: the heading, the rule, one line per row of cells."""
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(cells) + " |"
+
+    return [line(head), "|" + "---|" * len(head)] + [line(cells) for cells in rows]
+
+
+def load_average(environment: dict[str, Any]) -> str:
+    """``", load average X"`` (the 1-minute figure a results file recorded), or ``""``."""
+    load = environment.get("load_average")
+    return f", load average {load[0]:.1f}" if load else ""

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..report import load_average, markdown_table
+
 __all__ = ["render_summary", "main"]
 
 
@@ -40,7 +42,7 @@ def render_summary(data: dict[str, Any]) -> str:
     head = ["clients", "ours, best exact tok/s per client", "llama.cpp tok/s per client",
             "ours aggregate tok/s", "llama.cpp aggregate tok/s"]
     head += [f"{m} ÷ none" for m in spec]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    table = []
     for c, rows in sorted(by.items()):
         ours = max((r for m, r in rows.items() if m != "llamacpp"),
                    key=lambda r: r["tokens_per_s"])
@@ -52,12 +54,12 @@ def render_summary(data: dict[str, Any]) -> str:
             r = rows.get(m)
             cells.append("-" if r is None or r.get("vs_none") is None else
                          f"{r['vs_none']:.2f} ({r['vs_none_min']:.2f}–{r['vs_none_max']:.2f})")
-        lines.append("| " + " | ".join(cells) + " |")
-    load = data.get("environment", {}).get("load_average")
+        table.append(cells)
     cfg = data.get("config", {})
+    lines = markdown_table(head, table)
     lines += ["", f"`{data['command']}`: {cfg.get('repeats', '?')} repeats interleaved, "
               f"medians; {cfg.get('threads', '?')} thread(s) per server"
-              + (f", load average {load[0]:.1f}" if load else "") + "."]
+              + load_average(data.get("environment", {})) + "."]
     return "\n".join(lines)
 
 
