@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
+
+from spectool.tables import render_file_main
 
 from .report import load_average, markdown_table
 
@@ -84,20 +87,17 @@ def render_generations(data: dict[str, Any]) -> str:
         cells += [f"{mean(g.drafter):.2f}", order]
         rows.append(cells)
     env = data.get("environment", {})
-    lines = markdown_table(head, rows)
-    lines += ["", f"`{data['command']}`"
-              + (f", {env['cpu']}" if env.get("cpu") else "")
-              + load_average(env)
-              + "; greedy τ of `eagle3` and the block drafters depends only on the outputs, "
-              "while `dspark`'s schedule also reads the pass costs measured at start-up."]
-    return "\n".join(lines)
+    return markdown_table(head, rows, f"`{data['command']}`"
+                          + (f", {env['cpu']}" if env.get("cpu") else "")
+                          + load_average(env)
+                          + "; greedy τ of `eagle3` and the block drafters depends only on the outputs, "
+                          "while `dspark`'s schedule also reads the pass costs measured at start-up.")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from spectool.tables import render_file_main
-
-    return render_file_main('python -m token_spec.generations', "Print the article's four drafter generations with their τ from a token_spec bench file.",
-                            'a token_spec bench results JSON that ran eagle3, dflash:8, dspark and dflash2:8', render_generations, argv)
+# main(argv=None) -> exit status: prints the table of the file named on the command line
+main = partial(render_file_main, 'python -m token_spec.generations',
+               "Print the article's four drafter generations with their τ from a token_spec bench file.",
+               'a token_spec bench results JSON that ran eagle3, dflash:8, dspark and dflash2:8', render_generations)
 
 
 if __name__ == "__main__":

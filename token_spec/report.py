@@ -33,12 +33,13 @@ def pyplot():
     return plt
 
 
-def markdown_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    """The lines of a markdown table: the heading, the rule, one line per row of cells."""
+def markdown_table(head: Sequence[str], rows: Iterable[Sequence[str]], note: str) -> str:
+    """A markdown table (the heading, the rule, one line per row of cells), a blank line
+    and ``note`` (the line saying where the numbers come from)."""
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(cells) + " |"
 
-    return [line(head), "|" + "---|" * len(head)] + [line(cells) for cells in rows]
+    return "\n".join([line(head), "|" + "---|" * len(head)] + [line(cells) for cells in rows] + ["", note])
 
 
 def load_average(environment: dict[str, Any]) -> str:

@@ -12,7 +12,10 @@ that output for ``docs/results/serve_loadtest_1thread.json`` (a test checks it).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
+
+from spectool.tables import render_file_main
 
 from ..report import load_average, markdown_table
 
@@ -56,18 +59,15 @@ def render_summary(data: dict[str, Any]) -> str:
                          f"{r['vs_none']:.2f} ({r['vs_none_min']:.2f}–{r['vs_none_max']:.2f})")
         table.append(cells)
     cfg = data.get("config", {})
-    lines = markdown_table(head, table)
-    lines += ["", f"`{data['command']}`: {cfg.get('repeats', '?')} repeats interleaved, "
-              f"medians; {cfg.get('threads', '?')} thread(s) per server"
-              + load_average(data.get("environment", {})) + "."]
-    return "\n".join(lines)
+    return markdown_table(head, table, f"`{data['command']}`: {cfg.get('repeats', '?')} repeats interleaved, "
+                          f"medians; {cfg.get('threads', '?')} thread(s) per server"
+                          + load_average(data.get("environment", {})) + ".")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from spectool.tables import render_file_main
-
-    return render_file_main('python -m token_spec.serve.summary', "Print the short serving table of a loadtest.json (ours against llama.cpp's server).",
-                            'a loadtest.json with none and llamacpp rows', render_summary, argv)
+# main(argv=None) -> exit status: prints the table of the file named on the command line
+main = partial(render_file_main, 'python -m token_spec.serve.summary',
+               "Print the short serving table of a loadtest.json (ours against llama.cpp's server).",
+               'a loadtest.json with none and llamacpp rows', render_summary)
 
 
 if __name__ == "__main__":
