@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from .report import pyplot
+
 __all__ = ["add_parser", "main", "run_audit", "EndpointError", "load_prompts", "compare", "Reply", "DOMAINS", "first_divergence"]
 
 DOMAINS = ("coding", "agent_workflow", "creative_writing", "guardrail", "frontend_design")
@@ -317,11 +319,7 @@ def format_markdown(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     doms = result["domains"]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
     a1.bar([d["domain"] for d in doms], [100 * (d["identity_rate"] or 0) for d in doms], color="tab:blue")

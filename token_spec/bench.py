@@ -25,7 +25,8 @@ against its own engine's vanilla (ours: the configuration's vanilla; HF: greedy;
 llama.cpp: vanilla), token for token, over every prompt and repeat. The suffix drafter
 remembers earlier prompts of the run, never the answer it is being timed on.
 
-Writes ``bench.json`` (every request) and ``bench.png``; prints one table.
+Writes ``bench.json`` (every request) and ``bench.png``; prints one table. The engines
+are ``token_spec.bench_engines``, the methods by name ``token_spec.bench_methods``.
 Example: ``token_spec bench --out bench-out --max-tokens 64 --repeats 3 --threads 1,2``
 """
 
@@ -37,21 +38,15 @@ import os
 import platform
 import statistics
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["add_arguments", "run_bench", "format_table", "results_table", "plot", "main_bench", "TARGET_CONFIGS", "OUR_DRAFTERS",
-           "KNOWN_DRAFTERS"]
+from .bench_engines import Ours, Request, llamacpp_available, llamacpp_methods, warm
+from .bench_methods import HF_KINDS, KNOWN_DRAFTERS, OUR_DRAFTERS, TARGET_CONFIGS, build_methods
+from .report import pyplot, table_formatter
 
-OUR_DRAFTERS = ("ngram", "suffix", "draft", "ngram+draft", "suffix+draft")
-# also accepted by --drafters (not run by default): the EAGLE-3-style head, DSpark-style
-# verification over the draft model, and over the EAGLE-3 head, the DFlash-style block
-# drafter and its DFlash 2-style variant (path selector, two-tap convolutions)
-FEATURE_DRAFTERS = ("eagle3", "dspark", "dspark-eagle3", "dflash", "dflash2")
-KNOWN_DRAFTERS = OUR_DRAFTERS + FEATURE_DRAFTERS
-TARGET_CONFIGS = ("bf16", "bf16-q4", "fp32")
-HF_KINDS = ("greedy", "prompt_lookup", "assisted")
+__all__ = ["add_arguments", "run_bench", "format_table", "results_table", "plot", "main_bench", "TARGET_CONFIGS", "OUR_DRAFTERS",
+           "KNOWN_DRAFTERS", "HF_KINDS", "llamacpp_available"]
 
 
 def add_arguments(b) -> None:
@@ -112,297 +107,9 @@ class Cell:
         return sum(self.decode_tokens) / sum(self.decode_seconds) if sum(self.decode_seconds) > 0 else None
 
 
-@dataclass
-class Request:
-    out: list[int]
-    total_s: float
-    prefill_s: float
-    decode_tokens: int
-    metrics: object = None
-    token_s: list[float] = field(default_factory=list)  # each output token's arrival, seconds from the call
 
 
-def _strip_eos(ids: list[int], eos: set[int]) -> list[int]:
-    for i, t in enumerate(ids):
-        if t in eos:
-            return ids[:i]
-    return ids
 
-
-# -- engines --------------------------------------------------------------------------
-
-class Ours:
-    def __init__(self, decoder, params) -> None:
-        self.decoder, self.params = decoder, params
-
-    def __call__(self, ids: list[int]) -> Request:
-        arrivals: list[float] = []
-
-        def arrived(tokens: list[int]) -> None:  # a round's tokens arrive together
-            arrivals.extend([time.perf_counter() - t0] * len(tokens))
-
-        t0 = time.perf_counter()
-        g = self.decoder.generate(ids, self.params, on_round=arrived)
-        total = time.perf_counter() - t0
-        m = g.metrics
-        return Request(g.token_ids, total, m.prefill_s, len(g.token_ids), m, arrivals)
-
-
-class _FirstTokenClock:
-    """A ``generate(streamer=...)`` hook: the first put() is the prompt, the second the first new token."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.first = None
-
-    def put(self, value) -> None:
-        self.calls += 1
-        if self.calls == 2 and self.first is None:
-            self.first = time.perf_counter()
-
-    def end(self) -> None:
-        pass
-
-
-class HFGenerate:
-    def __init__(self, model, kind: str, args, eos_ids, assistant=None) -> None:
-        self.model, self.kind, self.args, self.eos, self.assistant = model, kind, args, set(eos_ids), assistant
-
-    def __call__(self, ids: list[int]) -> Request:
-        import torch
-
-        inputs = torch.tensor([ids], dtype=torch.long)
-        eos = sorted(self.eos)
-        kwargs = dict(attention_mask=torch.ones_like(inputs), max_new_tokens=self.args.max_tokens,
-                      eos_token_id=eos, pad_token_id=eos[0])
-        if self.args.temperature == 0:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        else:
-            kwargs.update(do_sample=True, temperature=self.args.temperature, top_p=None, top_k=None)
-        if self.kind == "prompt_lookup":
-            kwargs["prompt_lookup_num_tokens"] = self.args.gamma
-        elif self.kind == "assisted":
-            kwargs["assistant_model"] = self.assistant
-        clock = _FirstTokenClock()
-        kwargs["streamer"] = clock
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            out = self.model.generate(inputs, **kwargs)
-        total = time.perf_counter() - t0
-        toks = _strip_eos(out[0, len(ids) :].tolist(), self.eos)
-        prefill = (clock.first - t0) if clock.first is not None else float("nan")
-        return Request(toks, total, prefill, max(0, len(toks) - 1))
-
-
-class LlamaCpp:
-    def __init__(self, llm, args, eos_ids) -> None:
-        self.llm, self.args, self.eos = llm, args, set(eos_ids)
-
-    def __call__(self, ids: list[int]) -> Request:
-        llm = self.llm
-        llm.reset()  # no prompt-prefix reuse from an earlier request
-        out: list[int] = []
-        arrivals: list[float] = []
-        t0 = time.perf_counter()
-        first = None
-        for tok in llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
-            now = time.perf_counter()
-            if first is None:
-                first = now
-            if tok in self.eos:
-                break
-            out.append(int(tok))
-            arrivals.append(now - t0)
-            if len(out) >= self.args.max_tokens:
-                break
-        total = time.perf_counter() - t0
-        return Request(out, total, (first or time.perf_counter()) - t0, max(0, len(out) - 1), token_s=arrivals)
-
-
-def llamacpp_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("llama_cpp") is not None
-
-
-def llamacpp_method(args, threads: int, eos_ids, draft_model=None) -> LlamaCpp:
-    """llama.cpp on the GGUF our weights come from (``threads`` 0: every core); with
-    ``draft_model`` (a llama-cpp-python draft such as ``LlamaPromptLookupDecoding``)
-    it decodes speculatively."""
-    import llama_cpp
-
-    from .target import find_gguf
-
-    n = threads if threads > 0 else (os.cpu_count() or 1)
-    llm = llama_cpp.Llama(model_path=str(find_gguf()), n_ctx=4096, n_threads=n, n_threads_batch=n, verbose=False,
-                          seed=args.seed, draft_model=draft_model)
-    return LlamaCpp(llm, args, eos_ids)
-
-
-def _llamacpp_methods(args, threads: int, eos_ids) -> dict:
-    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-    lookup = LlamaPromptLookupDecoding(num_pred_tokens=args.gamma)
-    return {"llamacpp:vanilla": llamacpp_method(args, threads, eos_ids),
-            "llamacpp:prompt_lookup": llamacpp_method(args, threads, eos_ids, lookup)}
-
-
-def _targets(spec: str) -> list[str]:
-    from .fast_forward import supports_bf16
-
-    if spec == "auto":
-        return ["bf16", "bf16-q4"] if supports_bf16() else ["fp32"]
-    names = [s for s in spec.split(",") if s]
-    bad = [s for s in names if s not in TARGET_CONFIGS]
-    if bad:
-        raise ValueError(f"unknown target configuration(s) {bad}; choose from {list(TARGET_CONFIGS)}")
-    return names
-
-
-def _load(cfg: str):
-    import torch
-
-    from .target import load_target
-
-    if cfg == "bf16":
-        return load_target(dtype=torch.bfloat16)
-    if cfg == "bf16-q4":
-        return load_target(dtype=torch.bfloat16, weights="q4")
-    return load_target(dtype=torch.float32)
-
-
-def _drafter(name: str, target, draft, args, gate=None, gate_tokens: int = 8, schedule=None):
-    """A fresh drafter by bench name; ``gate(target, draft, max_tokens)`` -> a DraftGate
-    for the draft model (None: ungated); ``schedule(target, step_drafter)`` -> the
-    SurvivalSchedule of the dspark drafters."""
-    from .drafters import GatedDrafter, HybridDrafter, ModelDrafter, NgramDrafter, SuffixDrafter
-
-    if name in ("eagle3", "dspark-eagle3"):
-        from .eagle3 import Eagle3Drafter, load_eagle3
-
-        head = Eagle3Drafter(target, load_eagle3(target), name=name)
-        if name == "eagle3":
-            return head
-        from .dspark import DSparkDrafter, TopProbConfidence
-
-        return DSparkDrafter(head, TopProbConfidence.load("eagle3"), schedule(target, head), name=name)
-    if name in ("dflash", "dflash2"):
-        from .dflash import DFlashDrafter, load_dflash
-
-        return DFlashDrafter(target, *load_dflash(target, name), name=name)
-    if name == "dspark":
-        from .dspark import DSparkDrafter, TopProbConfidence
-
-        model = ModelDrafter(draft, name="draft")
-        return DSparkDrafter(model, TopProbConfidence.load("draft"), schedule(target, model), name=name)
-
-    lookup, plus, model = name.partition("+")
-    if plus:
-        return HybridDrafter(_drafter(lookup, target, draft, args),
-                             _drafter(model, target, draft, args, gate, args.hybrid_model_tokens),
-                             model_tokens=args.hybrid_model_tokens, name=name)
-    if name == "ngram":
-        return NgramDrafter()
-    if name == "suffix":
-        return SuffixDrafter()
-    if name == "draft":
-        model = ModelDrafter(draft, confidence=args.draft_confidence, name="draft")
-        if gate is None:
-            return model
-        # --cost-aware: draft only in rounds where the draft model's measured acceptance
-        # pays for its steps and the wider verify pass (never slower than plain steps)
-        return GatedDrafter(model, gate(target, draft, gate_tokens), name="draft")
-    raise ValueError(f"unknown drafter {name!r}; choose from {list(KNOWN_DRAFTERS)}")
-
-
-def _build_methods(args, params) -> tuple[dict, dict, object]:
-    """name -> callable(ids) -> Request, name -> identity reference name, a tokenizer-bearing target."""
-    import torch
-
-    from .draft_model import fast_draft, load_draft
-    from .engine import SpeculativeDecoder, VanillaDecoder
-    from .gamma import AdaptiveGamma, CostAwareGamma, DraftGate, FixedGamma, measure_pass_costs, measure_step_ratio
-
-    costs = {}
-    ratios = {}
-
-    def gate(target, draft, max_tokens: int):
-        if id(target) not in ratios:
-            ratios[id(target)] = measure_step_ratio(draft, target)
-        return DraftGate(costs=pass_costs(target), draft_cost=ratios[id(target)], max_tokens=max_tokens)
-
-    def pass_costs(target):
-        if id(target) not in costs:
-            costs[id(target)] = measure_pass_costs(target)
-        return costs[id(target)]
-
-    def schedule_for(max_tokens: int):
-        from .dspark import SurvivalSchedule, measure_step_cost
-
-        def make(target, stepper):
-            key = (id(target), type(stepper).__name__)
-            if key not in ratios:
-                ratios[key] = measure_step_cost(stepper, target)
-            return SurvivalSchedule(costs=pass_costs(target), draft_cost=ratios[key], max_tokens=max_tokens)
-
-        return make
-
-    def policy(gamma: int | None = None, target=None):
-        if getattr(args, "cost_aware", False) and gamma is None:
-            return CostAwareGamma(costs=pass_costs(target))
-        gamma = args.gamma if gamma is None else gamma
-        return AdaptiveGamma(initial=gamma, max_gamma=max(15, gamma)) if args.adaptive else FixedGamma(gamma)
-
-    methods, reference = {}, {}
-    drafters = [d for d in args.drafters.split(",") if d]
-    hf_dtypes: dict[str, object] = {}
-    first = None
-    for cfg in _targets(args.targets):
-        target = _load(cfg)
-        first = first or target
-        draft_hf = None
-        if (any(n in ("draft", "dspark") for d in drafters for n in d.partition(":")[0].split("+"))
-                or "assisted" in args.hf_methods):
-            draft_hf = load_draft(target.model)
-        draft_lm = fast_draft(draft_hf, target.dtype) if draft_hf is not None and target.fast else draft_hf
-        methods[f"{cfg}:vanilla"] = Ours(VanillaDecoder(target), params)
-        reference[f"{cfg}:vanilla"] = f"{cfg}:vanilla"
-        for spec in drafters:
-            name, _, g = spec.partition(":")
-            gated = gate if getattr(args, "cost_aware", False) and not g else None
-            if name.startswith("dspark"):  # the schedule sets each round's length, up to G (default 8)
-                most = int(g) if g else 8
-                drafter = _drafter(name, target, draft_lm, args, schedule=schedule_for(most))
-                pol = FixedGamma(most)
-            else:
-                drafter = _drafter(name, target, draft_lm, args, gated)
-                pol = policy(int(g) if g else None, target)
-            dec = SpeculativeDecoder(target, drafter, gamma_policy=pol)
-            methods[f"{cfg}:spec:{spec}"] = Ours(dec, params)
-            reference[f"{cfg}:spec:{spec}"] = f"{cfg}:vanilla"
-        dt = "bf16" if target.dtype == torch.bfloat16 else "fp32"
-        if dt not in hf_dtypes:
-            hf_dtypes[dt] = (target, draft_hf)
-    hf = [] if args.no_hf or args.hf == "none" else (list(hf_dtypes) if args.hf == "auto" else args.hf.split(","))
-    for dt in hf:
-        if dt not in hf_dtypes:
-            dtype = torch.bfloat16 if dt == "bf16" else torch.float32
-            from .target import load_target
-
-            t = load_target(dtype=dtype, fast=False)
-            hf_dtypes[dt] = (t, load_draft(t.model))
-        target, draft_hf = hf_dtypes[dt]
-        for kind in [k for k in args.hf_methods.split(",") if k]:
-            if kind not in HF_KINDS:
-                raise ValueError(f"unknown HF method {kind!r}; choose from {list(HF_KINDS)}")
-            if kind == "assisted" and draft_hf is None:
-                continue
-            assistant = draft_hf.hf_model if draft_hf is not None else None
-            if assistant is not None and kind == "assisted" and dt == "bf16":
-                assistant = copy.deepcopy(assistant).to(torch.bfloat16)  # HF wants one dtype
-            methods[f"hf-{dt}:{kind}"] = HFGenerate(target.model, kind, args, target.eos_ids, assistant)
-            reference[f"hf-{dt}:{kind}"] = f"hf-{dt}:greedy" if "greedy" in args.hf_methods else None
-    return methods, reference, first
 
 
 def run_bench(args) -> dict:
@@ -416,7 +123,7 @@ def run_bench(args) -> dict:
     domains = [d for d in args.domains.split(",") if d]
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens,
                             seed=None if args.temperature == 0 else args.seed)
-    methods, reference, tok_target = _build_methods(args, params)
+    methods, reference, tok_target = build_methods(args, params)
     use_llama = args.llamacpp == "auto" and llamacpp_available()
     prompts = {d: prompts_for(d)[: args.prompts or None] for d in domains}
     n_methods = len(methods) + (2 if use_llama else 0)
@@ -434,13 +141,13 @@ def run_bench(args) -> dict:
         ms = dict(methods)
         refs = dict(reference)
         if use_llama:
-            for name, fn in _llamacpp_methods(args, nt, tok_target.eos_ids).items():
+            for name, fn in llamacpp_methods(args, nt, tok_target.eos_ids).items():
                 ms[name] = fn
                 refs[name] = "llamacpp:vanilla"
         names = list(ms)
-        warm = tok_target.encode(prompts[domains[0]][0])
+        warm_ids = tok_target.encode(prompts[domains[0]][0])
         for fn in ms.values():  # warm-up: kernels, allocator, GEMM probes
-            _warm(fn, warm)
+            warm(fn, warm_ids)
         for m, d in initial.items():  # after the warm-up, whose outputs it must not remember either
             methods[m].decoder.drafter = copy.deepcopy(d)
         for domain in domains:
@@ -514,27 +221,6 @@ def run_bench(args) -> dict:
     }
 
 
-def _warm(fn, ids: list[int]) -> None:
-    saved = getattr(fn, "args", None)
-    if isinstance(fn, Ours):
-        from dataclasses import replace
-
-        p = fn.params
-        fn.params = replace(p, max_tokens=4)
-        try:
-            fn(ids)
-        finally:
-            fn.params = p
-        return
-    if saved is not None:
-        import argparse
-
-        fn.args = argparse.Namespace(**{**vars(saved), "max_tokens": 4})
-        try:
-            fn(ids)
-        finally:
-            fn.args = saved
-
 
 def _our_vanilla(name: str) -> str:
     """The vanilla every speed-up is measured against: ours in the same target configuration
@@ -588,19 +274,11 @@ def results_table(result: dict):
     return Table(columns, rows)
 
 
-def format_table(result: dict) -> str:
-    """The results table as plain text."""
-    from spectool.tables import lines
-
-    return "\n".join(lines(results_table(result)))
+format_table = table_formatter(results_table)
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows = result["rows"]
     groups = list(dict.fromkeys((r["domain"], r["threads"]) for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))

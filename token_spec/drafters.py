@@ -132,50 +132,42 @@ class NgramDrafter:
         if k <= 0 or not ctx:
             return _empty()
         self._index.update(ctx)
-        _, cont = self._index.lookup(ctx, k)
-        return Draft(tokens=torch.tensor(cont, dtype=torch.long), probs=None)
+        return Draft(tokens=torch.tensor(self._continuation(ctx, k), dtype=torch.long), probs=None)
+
+    def _continuation(self, ctx: list[int], k: int) -> list[int]:
+        """Up to ``k`` proposed tokens after ``ctx`` (the context index already holds it)."""
+        return self._index.lookup(ctx, k)[1]
 
     def end(self, output_ids: Sequence[int]) -> None:
         pass
 
 
-class SuffixDrafter:
+class SuffixDrafter(NgramDrafter):
     """Cross-request lookup: the longest suffix match over the current context and the
     outputs of earlier requests (most recent first on equal length; the current
-    context wins ties). Deterministic; ``max_corpus_tokens`` bounds the memory."""
+    context wins ties). Deterministic; ``max_corpus_tokens`` bounds the memory.
+
+    The current context is looked up as ``NgramDrafter`` does; the earlier outputs in a
+    second index that ``end`` extends."""
 
     def __init__(
         self, n_max: int = 8, n_min: int = 2, *, max_corpus_tokens: int = 65536, name: str = "suffix"
     ) -> None:
-        if not 1 <= n_min <= n_max:
-            raise ValueError(f"need 1 <= n_min <= n_max, got n_min={n_min}, n_max={n_max}")
+        super().__init__(n_max, n_min, name=name)
         if max_corpus_tokens < 1:
             raise ValueError("max_corpus_tokens must be >= 1")
-        self.name = name
-        self.n_min, self.n_max = n_min, n_max
         self.max_corpus_tokens = max_corpus_tokens
         self._outputs: list[list[int]] = []  # finished outputs, oldest first
         self._corpus = NgramIndex(n_min, n_max)
-        self._context = NgramIndex(n_min, n_max)
 
     @property
     def corpus_tokens(self) -> int:
         return len(self._corpus.seq)
 
-    def begin(self, prompt_ids: Sequence[int]) -> None:
-        self._context = NgramIndex(self.n_min, self.n_max)
-
-    def propose(
-        self, context: Sequence[int], k: int, params: SamplingParams, generator: torch.Generator | None
-    ) -> Draft:
-        ctx = list(_ids(context))
-        if k <= 0 or not ctx:
-            return _empty()
-        self._context.update(ctx)
-        n_ctx, cont_ctx = self._context.lookup(ctx, k)
+    def _continuation(self, ctx: list[int], k: int) -> list[int]:
+        n_ctx, cont_ctx = self._index.lookup(ctx, k)
         n_old, cont_old = self._corpus.lookup(ctx, k)
-        cont = cont_old if n_old > n_ctx or (n_old == n_ctx and len(cont_old) > len(cont_ctx)) else cont_ctx
-        return Draft(tokens=torch.tensor(cont, dtype=torch.long), probs=None)
+        return cont_old if n_old > n_ctx or (n_old == n_ctx and len(cont_old) > len(cont_ctx)) else cont_ctx
 
     def end(self, output_ids: Sequence[int]) -> None:
         out = list(_ids(output_ids))[-self.max_corpus_tokens :]

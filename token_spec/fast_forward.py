@@ -39,11 +39,14 @@ How the invariance is kept (each point is tested bitwise in
 The model's weights are re-laid once: fused QKV (``[q; k; v]`` rows) and fused
 gate/up projections, contiguous, in the compute dtype; the LM head shares the
 embedding (tied, as in SmolLM2). The reference HF module is not used at run time.
+
+The kernels and their row-invariance probes are ``token_spec.exact_kernels``; a
+sequence's KV cache and the feature tap are ``token_spec.fast_session``. Every name of
+``__all__`` is importable from here.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,32 +54,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .exact_kernels import (KEY_BLOCK, PAD_WIDTH, Dense, attend, attention_row_invariant, default_dtype,
+                            row_invariant_width, supports_bf16)
+from .fast_session import CACHE_STEP, FastSession, FeatureTap
+
 __all__ = ["FastLlama", "FastSession", "FeatureTap", "ModelShape", "Dense", "PAD_WIDTH", "KEY_BLOCK", "supports_bf16", "default_dtype",
            "row_invariant_width", "attention_row_invariant", "attend"]
-
-PAD_WIDTH = 16  # widest exact pass; padded attention runs at this many query rows
-KEY_BLOCK = 64  # key length of a pass is rounded up to a multiple of this (masked tail)
-_GROW = 1024  # the KV cache grows in steps of this many positions
-
-
-def supports_bf16() -> bool:
-    """True where the CPU has native bf16 dot products (AVX512-BF16 or AMX-BF16).
-
-    Read from /proc/cpuinfo's flags (Linux); elsewhere False (fp32 is the safe default)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        return False
-    return False
-
-
-def default_dtype() -> torch.dtype:
-    """bf16 where the CPU supports it natively, else fp32."""
-    return torch.bfloat16 if supports_bf16() else torch.float32
 
 
 @dataclass(frozen=True)
@@ -209,7 +192,7 @@ class FastLlama:
         inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
         self._inv_freq = inv_freq
         self._cos = self._sin_signed = torch.empty(0, self.head_dim)
-        self._rope_upto(_GROW)
+        self._rope_upto(CACHE_STEP)
         self.scale = 1.0 / math.sqrt(self.head_dim)
         if native not in (True, False, "auto"):
             raise ValueError(f"native must be True, False or 'auto', got {native!r}")
@@ -417,243 +400,3 @@ class FastLlama:
             full[:, self.head_ids] = logits.float()
             return full
         return logits.float()
-
-
-@functools.lru_cache(maxsize=1)
-def onednn_linear_available() -> bool:
-    """True where PyTorch has oneDNN's CPU inner product (``torch.ops.mkldnn._linear_pointwise``)."""
-    try:
-        if not torch.backends.mkldnn.is_available():
-            return False
-        x = torch.ones(2, 4)
-        torch.ops.mkldnn._linear_pointwise(x, torch.ones(3, 4), None, "none", [], "")
-        return True
-    except (AttributeError, RuntimeError, NotImplementedError):
-        return False
-
-
-class Dense:
-    """``y = x @ W.T`` with a dense weight in the compute dtype.
-
-    kernel: "blas" (``F.linear``), "onednn" (oneDNN's inner product), or "auto" = oneDNN
-    for fp32 where available, else BLAS. Why: in fp32 MKL's GEMM takes its 1-row (GEMV)
-    and small-M paths below 4 rows, so the exact path pads every short pass to 4 rows;
-    oneDNN's fp32 inner product is measured row-invariant from 2 rows here (and costs
-    less at 2 rows than MKL at 4), which cuts an fp32 step from ~59 to ~41 ms at 1 thread.
-    In bf16 both are row-invariant from 2 rows at the same speed, so BLAS stays."""
-
-    def __init__(self, weight: torch.Tensor, dtype: torch.dtype, kernel: str = "auto") -> None:
-        if kernel not in ("auto", "blas", "onednn"):
-            raise ValueError(f"kernel must be 'auto', 'blas' or 'onednn', got {kernel!r}")
-        self.weight = weight.detach().to(dtype).contiguous()
-        self.in_features = int(self.weight.shape[1])
-        if kernel == "auto":
-            kernel = "onednn" if dtype == torch.float32 and onednn_linear_available() else "blas"
-        self.kernel = kernel
-        # called back from the C++ layer loop: at::linear issued from C++ was measured not to
-        # give F.linear's bf16 rows bit for bit (tests/token_spec/test_native_layers.py)
-        self.native = None
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel == "onednn":
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, None, "none", [], "")
-        return F.linear(x, self.weight)
-
-
-def attend(qg: torch.Tensor, keys_t: torch.Tensor, vals: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """Masked attention of one pass, per kv head: qg [kv, R, hd] (the g query heads of a
-    kv head stacked), keys_t [kv, hd, T] (the keys transposed, as the cache stores them),
-    vals [kv, T, hd], mask [1 or kv, R, T] additive (0 / -inf) -> [kv, R, hd] in the
-    compute dtype.
-
-    scores = mask + (q k^T) * scale (a power of two here: exact), softmax in fp32 over the
-    T keys (masked keys: exp = exactly 0), then probs @ vals. Keys are cached transposed
-    so q k^T reads a strided slice of the cache (no per-layer copy of the keys)."""
-    scores = torch.baddbmm(mask, qg, keys_t, alpha=scale)  # [kv, R, T]
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(qg.dtype)
-    return torch.bmm(probs, vals)
-
-
-def attention_row_invariant(dtype: torch.dtype, n_kv: int, group: int, head_dim: int, scale: float,
-                            max_width: int = PAD_WIDTH, key_block: int = KEY_BLOCK, attend_fn=None,
-                            min_width: int = 1) -> bool:
-    """True iff ``attend`` over R = group * w query rows gives, for every w in
-    min_width..max_width, bit for bit the rows it gives at w = max_width, at several key
-    lengths (pseudo-random q, k, v; causal-style masks with a masked tail). ``min_width``:
-    the fewest query rows a pass ever has (the GEMM padding width), so narrower calls
-    never occur and need not agree.
-
-    Like ``row_invariant_width`` for the GEMMs: the kernel a BLAS runs for a batched
-    matmul depends on the shape and the threads, never on the values, so a probe over
-    enough values settles it for this process (e.g. oneDNN's AMX kernels start at some
-    row count on CPUs that have AMX). ``attend_fn`` replaces ``attend`` (tests)."""
-    fn = attend if attend_fn is None else attend_fn
-    gen = torch.Generator().manual_seed(4321)
-    with torch.inference_mode():
-        for t in (key_block, 4 * key_block, 16 * key_block):
-            q = torch.randn(n_kv, group, max_width, head_dim, generator=gen).to(dtype)
-            # keys transposed, as a slice of a wider buffer, as the cache holds them
-            k = torch.randn(n_kv, head_dim, t + key_block, generator=gen).to(dtype)[:, :, :t]
-            v = torch.randn(n_kv, t, head_dim, generator=gen).to(dtype)
-            # row r (position t - max_width - 3 + r) sees keys up to its position; the tail is masked
-            pos = torch.arange(t - max_width - 3, t - 3)
-            base = torch.zeros(max_width, t, dtype=dtype)
-            base.masked_fill_(torch.arange(t)[None, :] > pos[:, None], float("-inf"))
-
-            def run(w: int) -> torch.Tensor:
-                mask = base[:w].repeat(group, 1)[None]  # [1, g*w, t]
-                out = fn(q[:, :, :w].reshape(n_kv, group * w, head_dim), k, v, mask, scale)
-                return out.view(n_kv, group, w, head_dim)
-
-            ref = run(max_width)
-            for w in range(min_width, max_width):
-                if not torch.equal(run(w), ref[:, :, :w]):
-                    return False
-    return True
-
-
-def row_invariant_width(gemm, max_width: int = PAD_WIDTH, rows: int = 64) -> int:
-    """Smallest P such that ``gemm`` (x [M, in] -> [M, out]; ``.in_features``) over M rows
-    gives bit-for-bit the rows a call over ``max_width`` rows gives, for every M in
-    P..max_width (max_width if none smaller).
-
-    The kernel (and so the reduction order) depends on the call's shape and the
-    threads, not on the values; but a bf16 GEMM rounds its fp32 sums to bf16, which
-    hides most order differences in any one row. So the probe compares ``rows``
-    pseudo-random rows (64: a kernel change shows in at least one of them with
-    overwhelming probability; measured: one row shows it about a quarter of the time).
-    """
-    gen = torch.Generator().manual_seed(1234)
-    dtype = gemm.weight.dtype if hasattr(gemm, "weight") else torch.bfloat16
-    x = torch.randn(rows, gemm.in_features, generator=gen).to(dtype)
-    with torch.inference_mode():
-        ref = torch.cat([gemm(x[i : i + max_width]) for i in range(0, rows, max_width)])
-        width = max_width
-        for m in range(max_width - 1, 0, -1):
-            got = torch.cat([gemm(x[i : i + m]) for i in range(0, rows - m + 1, m)])
-            if not torch.equal(got, ref[: got.shape[0]]):
-                break
-            width = m
-    return width
-
-
-class FeatureTap:
-    """Hidden states of chosen decoder layers (``layers``, 0-based, ascending: the output of
-    each), per absolute position, as the target's passes compute them (``FastLlama.tap``).
-
-    ``record`` is called by every forward with the pass's rows; ``features(n)`` returns the
-    rows of positions 0..n-1 ``[n, len(layers) * H]`` (fp32) of the session that ran last.
-    A later pass overwrites the positions it covers, so after a rollback and re-extension
-    the rows are those of the tokens now in the cache. Reading is all a tap does: the
-    forward's results are bitwise the same with and without it."""
-
-    def __init__(self, layers) -> None:
-        layers = tuple(sorted({int(li) for li in layers}))
-        if not layers or layers[0] < 0:
-            raise ValueError(f"tap layers must be non-negative layer indices, got {layers!r}")
-        self.layers = layers
-        self._buf: torch.Tensor | None = None
-        self._session = None
-        self.valid = 0  # rows 0..valid-1 were written for the current session
-
-    def record(self, session, start: int, rows: list) -> None:
-        if len(rows) != len(self.layers):
-            raise RuntimeError(f"tap expected {len(self.layers)} layers' rows, got {len(rows)}")
-        if session is not self._session:
-            self._session, self.valid = session, 0
-        n = int(rows[0].shape[0])
-        width = sum(int(r.shape[1]) for r in rows)
-        end = start + n
-        if self._buf is None or self._buf.shape[0] < end or self._buf.shape[1] != width:
-            cap = max(end, 2 * (self._buf.shape[0] if self._buf is not None else 512))
-            buf = torch.zeros(cap, width, dtype=torch.float32)
-            if self._buf is not None and self._buf.shape[1] == width:
-                buf[: self._buf.shape[0]] = self._buf
-            self._buf = buf
-        col = 0
-        for r in rows:
-            self._buf[start:end, col : col + r.shape[1]] = r
-            col += r.shape[1]
-        # rows past `end` written by earlier passes belong to rolled-back tokens
-        self.valid = end if start <= self.valid else self.valid
-
-    def features(self, n: int) -> torch.Tensor:
-        if n > self.valid:
-            raise ValueError(f"the tap holds {self.valid} positions of the current session, asked for {n}")
-        return self._buf[:n]
-
-
-class FastSession:
-    """One sequence's static KV cache for ``FastLlama``: ``extend`` / ``truncate``.
-
-    K/V live in preallocated per-layer tensors, keys transposed ``[kv heads, head_dim,
-    capacity]`` (attention reads ``k^T`` as a slice) and values ``[kv heads, capacity,
-    head_dim]``, that grow by ``_GROW`` positions when needed; ``truncate`` only moves
-    ``length``.
-    """
-
-    def __init__(self, lm: FastLlama) -> None:
-        self._lm = lm
-        self.length = 0
-        self.capacity = 0
-        self.k: list[torch.Tensor] = []
-        self.v: list[torch.Tensor] = []
-
-    def _reserve(self, n: int) -> None:
-        lm = self._lm
-        if n > lm.max_positions:
-            raise ValueError(f"sequence of {n} tokens exceeds the model's {lm.max_positions} positions")
-        need = n + lm.pad_width + lm.key_block
-        if need <= self.capacity:
-            return
-        cap = max(need, self.capacity + _GROW)
-        cap = -(-cap // _GROW) * _GROW
-        new_k = [torch.zeros((lm.n_kv, lm.head_dim, cap), dtype=lm.dtype) for _ in range(lm.n_layers)]
-        new_v = [torch.zeros((lm.n_kv, cap, lm.head_dim), dtype=lm.dtype) for _ in range(lm.n_layers)]
-        if self.capacity:
-            for i in range(lm.n_layers):
-                new_k[i][:, :, : self.capacity] = self.k[i]
-                new_v[i][:, : self.capacity] = self.v[i]
-        self.k, self.v, self.capacity = new_k, new_v, cap
-
-    def extend(self, ids: torch.Tensor | Sequence[int]) -> torch.Tensor:
-        """ids [n] -> logits [n, V] (fp32); row i predicts the token after ids[i]."""
-        ids = _ids(ids, self._lm.vocab_size)
-        with torch.inference_mode():
-            return self._lm.forward(self, ids)
-
-    def prefill(self, ids: torch.Tensor | Sequence[int]) -> None:
-        """Like ``extend`` without returning logits (only the last row is computed)."""
-        ids = _ids(ids, self._lm.vocab_size, allow_empty=True)
-        if ids.numel():
-            with torch.inference_mode():
-                self._lm.forward(self, ids, logits_rows=1)
-
-    def truncate(self, length: int) -> None:
-        """Exact rollback: keep the first ``length`` cached positions."""
-        if not 0 <= length <= self.length:
-            raise ValueError(f"truncate({length}) outside [0, {self.length}]")
-        self.length = length
-
-    def free(self) -> None:
-        """Release the cache's memory at once (length 0; it grows again if used)."""
-        self.k, self.v, self.capacity, self.length = [], [], 0, 0
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the cached keys and values."""
-        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
-
-
-def _ids(ids: torch.Tensor | Sequence[int], vocab: int, *, allow_empty: bool = False) -> torch.Tensor:
-    if isinstance(ids, torch.Tensor):
-        t = ids.reshape(-1).long()
-    else:
-        t = torch.tensor(list(ids), dtype=torch.long)
-    if t.numel() == 0:
-        if allow_empty:
-            return t
-        raise ValueError("extend() needs at least one token id")
-    if int(t.min()) < 0 or int(t.max()) >= vocab:
-        raise ValueError(f"token id out of range [0, {vocab}) in extend()")
-    return t

@@ -17,7 +17,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
+
+from spectool.tables import render_file_main
+
+from .report import load_average, markdown_table
 
 __all__ = ["GENERATIONS", "Generation", "render_generations", "main"]
 
@@ -69,7 +74,7 @@ def render_generations(data: dict[str, Any]) -> str:
 
     head = (["generation", "our drafter", "what it improves", "article's τ"]
             + [f"our τ, {d}" for d in domains] + ["our mean τ", "article's ordering here"])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for g in GENERATIONS:
         if g.beats is None:
             order = "first"
@@ -80,22 +85,19 @@ def render_generations(data: dict[str, Any]) -> str:
         cells = [g.name, f"`{g.drafter}`", g.lever, g.article_tau]
         cells += [f"{taus[g.drafter][d]:.2f}" if d in taus[g.drafter] else "-" for d in domains]
         cells += [f"{mean(g.drafter):.2f}", order]
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
     env = data.get("environment", {})
-    load = env.get("load_average")
-    lines += ["", f"`{data['command']}`"
-              + (f", {env['cpu']}" if env.get("cpu") else "")
-              + (f", load average {load[0]:.1f}" if load else "")
-              + "; greedy τ of `eagle3` and the block drafters depends only on the outputs, "
-              "while `dspark`'s schedule also reads the pass costs measured at start-up."]
-    return "\n".join(lines)
+    return markdown_table(head, rows, f"`{data['command']}`"
+                          + (f", {env['cpu']}" if env.get("cpu") else "")
+                          + load_average(env)
+                          + "; greedy τ of `eagle3` and the block drafters depends only on the outputs, "
+                          "while `dspark`'s schedule also reads the pass costs measured at start-up.")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from spectool.tables import render_file_main
-
-    return render_file_main('python -m token_spec.generations', "Print the article's four drafter generations with their τ from a token_spec bench file.",
-                            'a token_spec bench results JSON that ran eagle3, dflash:8, dspark and dflash2:8', render_generations, argv)
+# main(argv=None) -> exit status: prints the table of the file named on the command line
+main = partial(render_file_main, 'python -m token_spec.generations',
+               "Print the article's four drafter generations with their τ from a token_spec bench file.",
+               'a token_spec bench results JSON that ran eagle3, dflash:8, dspark and dflash2:8', render_generations)
 
 
 if __name__ == "__main__":

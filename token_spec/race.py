@@ -116,18 +116,19 @@ def run_race(args, log=None) -> dict:
 
     import torch
 
-    from .bench import Ours, _build_methods, _targets, _warm, llamacpp_available, llamacpp_method
+    from .bench_engines import Ours, llamacpp_available, llamacpp_method, warm
+    from .bench_methods import build_methods, target_configs
     from .sampling import SamplingParams
 
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    cfg = _targets("auto")[0] if args.target == "auto" else args.target
+    cfg = target_configs("auto")[0] if args.target == "auto" else args.target
     bench_args = _bench_args(args, cfg)
     default_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads if args.threads > 0 else default_threads)
     try:
         params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
         log(f"race: loading the {cfg} target and drafters {bench_args.drafters}")
-        methods, _, target = _build_methods(bench_args, params)
+        methods, _, target = build_methods(bench_args, params)
         lanes: dict[str, object] = {name.split(":", 1)[1].removeprefix("spec:"): fn for name, fn in methods.items()}
         engines = {name: "ours" for name in lanes}
         if args.llamacpp == "auto" and llamacpp_available():
@@ -136,9 +137,9 @@ def run_race(args, log=None) -> dict:
         ids = target.encode([{"role": "user", "content": args.prompt}])
         fresh = {n: copy.deepcopy(fn.decoder.drafter) for n, fn in lanes.items()
                  if isinstance(fn, Ours) and hasattr(fn.decoder, "drafter")}
-        warm = target.encode([{"role": "user", "content": WARM_PROMPT}])
+        warm_ids = target.encode([{"role": "user", "content": WARM_PROMPT}])
         for fn in lanes.values():
-            _warm(fn, warm)
+            warm(fn, warm_ids)
         for n, drafter in fresh.items():  # the warm-up's text must not be remembered
             lanes[n].decoder.drafter = drafter
         out = []

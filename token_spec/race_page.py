@@ -14,6 +14,8 @@ import html
 import json
 from pathlib import Path
 
+from .report import pyplot
+
 __all__ = ["render_html", "render_png"]
 
 _CSS = """
@@ -129,11 +131,7 @@ so its output is not expected to match ours (its first divergence is shown).</p>
 
 def render_png(race: dict, path: Path) -> None:
     """Tokens over time per lane, labelled with tok/s, τ and the identity verdict."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(11.5, 4.8))
     for i, lane in enumerate(race["lanes"]):
         ts = [0.0] + list(lane["token_s"])

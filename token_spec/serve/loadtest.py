@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..report import pyplot, table_formatter
+
 __all__ = ["add_parser", "main", "run_loadtest", "format_table", "results_table", "plot", "parse_metrics", "server_command",
            "PEER_METHODS"]
 
@@ -316,19 +318,11 @@ def results_table(result: dict):
     return Table(columns, rows)
 
 
-def format_table(result: dict) -> str:
-    """The results table as plain text."""
-    from spectool.tables import lines
-
-    return "\n".join(lines(results_table(result)))
+format_table = table_formatter(results_table)
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     rows = result["rows"]
     methods = list(dict.fromkeys(r["method"] for r in rows))
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))

@@ -12,7 +12,12 @@ that output for ``docs/results/serve_loadtest_1thread.json`` (a test checks it).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
+
+from spectool.tables import render_file_main
+
+from ..report import load_average, markdown_table
 
 __all__ = ["render_summary", "main"]
 
@@ -40,7 +45,7 @@ def render_summary(data: dict[str, Any]) -> str:
     head = ["clients", "ours, best exact tok/s per client", "llama.cpp tok/s per client",
             "ours aggregate tok/s", "llama.cpp aggregate tok/s"]
     head += [f"{m} ÷ none" for m in spec]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    table = []
     for c, rows in sorted(by.items()):
         ours = max((r for m, r in rows.items() if m != "llamacpp"),
                    key=lambda r: r["tokens_per_s"])
@@ -52,20 +57,17 @@ def render_summary(data: dict[str, Any]) -> str:
             r = rows.get(m)
             cells.append("-" if r is None or r.get("vs_none") is None else
                          f"{r['vs_none']:.2f} ({r['vs_none_min']:.2f}–{r['vs_none_max']:.2f})")
-        lines.append("| " + " | ".join(cells) + " |")
-    load = data.get("environment", {}).get("load_average")
+        table.append(cells)
     cfg = data.get("config", {})
-    lines += ["", f"`{data['command']}`: {cfg.get('repeats', '?')} repeats interleaved, "
-              f"medians; {cfg.get('threads', '?')} thread(s) per server"
-              + (f", load average {load[0]:.1f}" if load else "") + "."]
-    return "\n".join(lines)
+    return markdown_table(head, table, f"`{data['command']}`: {cfg.get('repeats', '?')} repeats interleaved, "
+                          f"medians; {cfg.get('threads', '?')} thread(s) per server"
+                          + load_average(data.get("environment", {})) + ".")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from spectool.tables import render_file_main
-
-    return render_file_main('python -m token_spec.serve.summary', "Print the short serving table of a loadtest.json (ours against llama.cpp's server).",
-                            'a loadtest.json with none and llamacpp rows', render_summary, argv)
+# main(argv=None) -> exit status: prints the table of the file named on the command line
+main = partial(render_file_main, 'python -m token_spec.serve.summary',
+               "Print the short serving table of a loadtest.json (ours against llama.cpp's server).",
+               'a loadtest.json with none and llamacpp rows', render_summary)
 
 
 if __name__ == "__main__":
