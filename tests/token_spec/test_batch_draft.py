@@ -173,19 +173,7 @@ def test_dspark_sequences_stop_at_their_own_lengths_and_drop_out_of_later_passes
 def test_the_model_steps_run_as_packed_passes(tiny, monkeypatch):
     """Counted draft forwards: the batched fleet runs a handful of passes per round where
     the per-sequence fleet runs one per sequence and draft position."""
-    calls = {"solo": 0, "packed": 0}
-    real_forward, real_pass = FastLlama.forward, PackedLM._pass
-
-    def forward(self, *args, **kwargs):
-        calls["solo"] += 1
-        return real_forward(self, *args, **kwargs)
-
-    def packed(self, segs):
-        calls["packed"] += 1
-        return real_pass(self, segs)
-
-    monkeypatch.setattr(FastLlama, "forward", forward)
-    monkeypatch.setattr(PackedLM, "_pass", packed)
+    calls = _counted_forwards(monkeypatch)
     inside = {"solo": 0, "packed": 0}
 
     def batched(requests):
