@@ -1,14 +1,17 @@
 """What the ``token_spec`` commands that write a results file share to present it: the
 results table as plain text (``table_formatter``), matplotlib's pyplot for drawing the
-figure into a file (``pyplot``), and the markdown tables the README quotes from a
-results file (``markdown_table``, ``load_average``)."""
+figure into a file (``pyplot``), the markdown tables the README quotes from a
+results file (``markdown_table``, ``load_average``), and the machine a measurement ran on
+(``describe_machine``)."""
 
 from __future__ import annotations
 
+import os
+import platform
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = ["table_formatter", "pyplot", "markdown_table", "load_average"]
+__all__ = ["table_formatter", "pyplot", "markdown_table", "load_average", "describe_machine"]
 
 
 def table_formatter(results_table: Callable) -> Callable[[dict], str]:
@@ -46,3 +49,17 @@ def load_average(environment: dict[str, Any]) -> str:
     """``", load average X"`` (the 1-minute figure a results file recorded), or ``""``."""
     load = environment.get("load_average")
     return f", load average {load[0]:.1f}" if load else ""
+
+
+def describe_machine() -> str:
+    """``"<CPU model>, <n> cores"`` (the CPU from ``/proc/cpuinfo`` where it exists)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"

@@ -231,7 +231,7 @@ def run_ab(names: list[str], *, samples: int, prefill_samples: int, context: int
     """Measure the A/B (see the module docstring); the results file's dict."""
     import torch
 
-    from spectool_bench.machine import describe
+    from .report import describe_machine as describe
 
     torch.set_num_threads(threads)
     load_start = os.getloadavg()[0]
