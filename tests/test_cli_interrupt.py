@@ -144,8 +144,12 @@ def test_ctrl_c_inside_an_anyio_task_group_is_one_line(backend, tmp_path):
 
 
 def unhandled_interrupt_mark() -> ctypes.c_int:
-    """CPython's process-wide mark that makes the process end by SIGINT at exit."""
-    return ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt")
+    """CPython's process-wide mark that makes the process end by SIGINT at exit (exported
+    by CPython 3.11; later versions keep it in the runtime state, out of reach here)."""
+    try:
+        return ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt")
+    except (ValueError, AttributeError):
+        pytest.skip("this Python does not export _Py_UnhandledKeyboardInterrupt")
 
 
 def test_a_ctrl_c_that_lands_inside_exec_of_source_still_exits_130(capsys):
