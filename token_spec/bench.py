@@ -43,7 +43,7 @@ from pathlib import Path
 
 from .bench_engines import Ours, Request, llamacpp_available, llamacpp_methods, warm
 from .bench_methods import HF_KINDS, KNOWN_DRAFTERS, OUR_DRAFTERS, TARGET_CONFIGS, build_methods
-from .report import pyplot, table_formatter
+from .report import cpu_model, pyplot, table_formatter
 
 __all__ = ["add_arguments", "run_bench", "format_table", "results_table", "plot", "main_bench", "TARGET_CONFIGS", "OUR_DRAFTERS",
            "KNOWN_DRAFTERS", "HF_KINDS", "llamacpp_available"]
@@ -212,7 +212,7 @@ def run_bench(args) -> dict:
         "config": {k: v for k, v in vars(args).items() if k not in ("func", "parser")},
         "environment": {
             "torch": torch.__version__, "cpus": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version(), "cpu": _cpu_name(),
+            "python": platform.python_version(), "cpu": cpu_model(),
             "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
             "llama_cpp": _llama_version() if use_llama else None,
         },
@@ -234,17 +234,6 @@ def _our_vanilla(name: str) -> str:
 
 def _ratio(a, b):
     return a / b if a and b else None
-
-
-def _cpu_name() -> str | None:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        return None
-    return None
 
 
 def _llama_version() -> str | None:

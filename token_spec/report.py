@@ -2,7 +2,7 @@
 results table as plain text (``table_formatter``), matplotlib's pyplot for drawing the
 figure into a file (``pyplot``), the markdown tables the README quotes from a
 results file (``markdown_table``, ``load_average``), and the machine a measurement ran on
-(``describe_machine``)."""
+(``cpu_model``, ``describe_machine``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import platform
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = ["table_formatter", "pyplot", "markdown_table", "load_average", "describe_machine"]
+__all__ = ["table_formatter", "pyplot", "markdown_table", "load_average", "cpu_model", "describe_machine"]
 
 
 def table_formatter(results_table: Callable) -> Callable[[dict], str]:
@@ -51,15 +51,20 @@ def load_average(environment: dict[str, Any]) -> str:
     return f", load average {load[0]:.1f}" if load else ""
 
 
-def describe_machine() -> str:
-    """``"<CPU model>, <n> cores"`` (the CPU from ``/proc/cpuinfo`` where it exists)."""
-    cpu = platform.processor() or platform.machine()
+def cpu_model() -> str | None:
+    """The CPU's model name from ``/proc/cpuinfo``, or None where there is none."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:
-        pass
+        return None
+    return None
+
+
+def describe_machine() -> str:
+    """``"<CPU model>, <n> cores"`` (the platform's processor name where the model is
+    not known)."""
+    cpu = cpu_model() or platform.processor() or platform.machine()
     return f"{cpu}, {os.cpu_count()} cores"
