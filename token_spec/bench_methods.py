@@ -49,9 +49,10 @@ def load_config(cfg: str):
 
 
 def make_drafter(name: str, target, draft, args, gate=None, gate_tokens: int = 8, schedule=None):
-    """A fresh drafter by bench name; ``gate(target, draft, max_tokens)`` -> a DraftGate
-    for the draft model (None: ungated); ``schedule(target, step_drafter)`` -> the
-    SurvivalSchedule of the dspark drafters."""
+    """A fresh drafter by bench name; ``gate(target, drafter, max_tokens)`` -> a DraftGate
+    for a costly drafter (the draft model, the EAGLE-3 head, the DFlash blocks; None:
+    ungated); ``schedule(target, step_drafter)`` -> the SurvivalSchedule of the dspark
+    drafters."""
     from .drafters import GatedDrafter, HybridDrafter, ModelDrafter, NgramDrafter, SuffixDrafter
 
     if name in ("eagle3", "dspark-eagle3"):
@@ -59,19 +60,24 @@ def make_drafter(name: str, target, draft, args, gate=None, gate_tokens: int = 8
 
         head = Eagle3Drafter(target, load_eagle3(target), name=name)
         if name == "eagle3":
-            return head
+            return head if gate is None else GatedDrafter(head, gate(target, head, gate_tokens), name=name)
         from .dspark import DSparkDrafter, TopProbConfidence
 
-        return DSparkDrafter(head, TopProbConfidence.load("eagle3"), schedule(target, head), name=name)
+        spark = DSparkDrafter(head, TopProbConfidence.load("eagle3"), schedule(target, head), name=name)
+        return spark if gate is None else GatedDrafter(spark, gate(target, head, gate_tokens), name=name, caps=False)
     if name in ("dflash", "dflash2"):
         from .dflash import DFlashDrafter, load_dflash
 
-        return DFlashDrafter(target, *load_dflash(target, name), name=name)
+        block = DFlashDrafter(target, *load_dflash(target, name), name=name)
+        return block if gate is None else GatedDrafter(block, gate(target, block, gate_tokens), name=name)
     if name == "dspark":
         from .dspark import DSparkDrafter, TopProbConfidence
 
         model = ModelDrafter(draft, name="draft")
-        return DSparkDrafter(model, TopProbConfidence.load("draft"), schedule(target, model), name=name)
+        spark = DSparkDrafter(model, TopProbConfidence.load("draft"), schedule(target, model), name=name)
+        # --cost-aware: the gate shuts the rounds where the draft's measured acceptance
+        # cannot pay (chat, prose); where it is open the schedule sets each round's length
+        return spark if gate is None else GatedDrafter(spark, gate(target, draft, gate_tokens), name=name, caps=False)
 
     lookup, plus, model = name.partition("+")
     if plus:
@@ -98,15 +104,25 @@ def build_methods(args, params) -> tuple[dict, dict, object]:
 
     from .draft_model import fast_draft, load_draft
     from .engine import SpeculativeDecoder, VanillaDecoder
-    from .gamma import AdaptiveGamma, CostAwareGamma, DraftGate, FixedGamma, measure_pass_costs, measure_step_ratio
+    from .gamma import (AdaptiveGamma, CostAwareGamma, DraftGate, FixedGamma, measure_pass_costs, measure_propose_cost,
+                        measure_step_ratio)
 
     costs = {}
     ratios = {}
 
-    def gate(target, draft, max_tokens: int):
-        if id(target) not in ratios:
-            ratios[id(target)] = measure_step_ratio(draft, target)
-        return DraftGate(costs=pass_costs(target), draft_cost=ratios[id(target)], max_tokens=max_tokens)
+    def gate(target, drafter, max_tokens: int):
+        """The DraftGate of a costly drafter, its cost measured once per target and kind: the
+        draft model's step, the EAGLE-3 head's step, a DFlash block's one pass."""
+        block = type(drafter).__name__ == "DFlashDrafter"
+        if block:
+            max_tokens = min(max_tokens, drafter.head.block)
+        key = (id(target), type(drafter).__name__, getattr(drafter, "name", ""))
+        if key not in ratios:
+            if type(drafter).__name__ in ("Eagle3Drafter", "DFlashDrafter"):
+                ratios[key] = measure_propose_cost(drafter, target, max_tokens if block else 1)
+            else:
+                ratios[key] = measure_step_ratio(drafter, target)
+        return DraftGate(costs=pass_costs(target), draft_cost=ratios[key], max_tokens=max_tokens, block=block)
 
     def pass_costs(target):
         if id(target) not in costs:
@@ -149,7 +165,7 @@ def build_methods(args, params) -> tuple[dict, dict, object]:
             gated = gate if getattr(args, "cost_aware", False) and not g else None
             if name.startswith("dspark"):  # the schedule sets each round's length, up to G (default 8)
                 most = int(g) if g else 8
-                drafter = make_drafter(name, target, draft_lm, args, schedule=schedule_for(most))
+                drafter = make_drafter(name, target, draft_lm, args, gated, most, schedule=schedule_for(most))
                 pol = FixedGamma(most)
             else:
                 drafter = make_drafter(name, target, draft_lm, args, gated)

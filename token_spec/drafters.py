@@ -354,13 +354,15 @@ class GatedDrafter:
     guarantee holds (greedy: identity with vanilla). The gate's estimate carries over
     from request to request. Meant for a costly drafter (a draft model), alone or as a
     ``HybridDrafter``'s model: where the gate is shut, the hybrid proposes nothing.
+    With ``caps=False`` the gate only opens or shuts a round and the drafter sets its
+    length (a DSpark drafter, whose schedule weighs each position's own confidence).
     """
 
-    def __init__(self, drafter: Drafter, gate, *, name: str | None = None) -> None:
+    def __init__(self, drafter: Drafter, gate, *, name: str | None = None, caps: bool = True) -> None:
         for attr in ("tokens", "update"):
             if not callable(getattr(gate, attr, None)):
                 raise TypeError(f"gate must have tokens() and update(proposed, accepted), got {gate!r}")
-        self.drafter, self.gate = drafter, gate
+        self.drafter, self.gate, self.caps = drafter, gate, caps
         self.name = name or drafter.name
         if getattr(drafter, "vocab_size", None) is not None:
             self.vocab_size = int(drafter.vocab_size)
@@ -398,7 +400,7 @@ class GatedDrafter:
         if n <= 0:
             self.rounds["skipped"] += 1
             return _empty()
-        draft = yield from plan_of(self.drafter, ctx, min(k, n), params, generator)
+        draft = yield from plan_of(self.drafter, ctx, min(k, n) if self.caps else k, params, generator)
         if draft.tokens.numel():
             self._pending = (len(ctx), draft.tokens.tolist())
             self.rounds["drafted"] += 1

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 __all__ = ["GammaPolicy", "FixedGamma", "AdaptiveGamma", "CostAwareGamma", "DraftGate", "measure_pass_costs",
-           "measure_step_ratio"]
+           "measure_step_ratio", "measure_propose_cost"]
 
 
 @runtime_checkable
@@ -200,7 +200,8 @@ class DraftGate(_DecayedAcceptance):
 
     Model (per round, in units of one one-token target pass): the drafter's tokens are
     accepted independently with probability α, so drafting k tokens yields
-    E_k = (1 - α^(k+1)) / (1 - α) tokens for ``k * draft_cost`` (k drafter steps) +
+    E_k = (1 - α^(k+1)) / (1 - α) tokens for ``k * draft_cost`` (k drafter steps; with
+    ``block``, ``draft_cost`` once: a block drafter's one pass for all k) +
     ``costs[k]`` (the verify pass over k + 1 tokens); not drafting yields 1 token for
     ``costs[0]``. ``tokens()`` = the k in 1..max_tokens with the best E_k / cost when that
     beats 1 / costs[0], else 0 (do not draft). α is the censored-geometric estimate
@@ -226,6 +227,7 @@ class DraftGate(_DecayedAcceptance):
     prior_rejects: float = 1.0
     probe_every: int = 8
     max_probe_every: int = 256
+    block: bool = False
 
     def __post_init__(self) -> None:
         if not self.draft_cost >= 0:
@@ -243,7 +245,8 @@ class DraftGate(_DecayedAcceptance):
         a = min(self.alpha, 0.999)
         best, best_rate = 0, 1.0 / self.costs[0]
         for k in range(1, self.max_tokens + 1):
-            rate = _tokens_per_cost(a, k, self.costs[min(k, len(self.costs) - 1)] + k * self.draft_cost)
+            drafting = self.draft_cost if self.block else k * self.draft_cost
+            rate = _tokens_per_cost(a, k, self.costs[min(k, len(self.costs) - 1)] + drafting)
             if rate > best_rate + 1e-12:
                 best, best_rate = k, rate
         return best
@@ -292,6 +295,37 @@ def measure_step_ratio(draft, target, repeats: int = 7, context: int = 256) -> f
         for i, session in enumerate(sessions):
             best[i] = min(best[i], _timed_pass(session, 1))
     return best[0] / best[1]
+
+
+def measure_propose_cost(drafter, target, k: int, repeats: int = 7, context: int = 256) -> float:
+    """Time of one ``drafter.propose`` of ``k`` tokens over one one-token ``target`` step (best
+    of ``repeats`` each, interleaved, ``context`` cached tokens; the drafter's context
+    already caught up, as in a round after the first): DraftGate's draft_cost for a
+    drafter that reads the target's features (the target pass fills its tap), with
+    ``block=True`` where one pass drafts the whole block."""
+    import time
+
+    import torch
+
+    from .sampling import SamplingParams
+
+    ctx = list(range(100, 100 + context))
+    session = target.start(ctx[:-1])
+    params = SamplingParams(temperature=0.0)
+    drafter.begin(ctx)
+    drafter.propose(ctx, k, params, None)
+    best_draft = best_target = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        drafter.propose(ctx, k, params, None)
+        best_draft = min(best_draft, time.perf_counter() - t0)
+        base = session.length
+        t0 = time.perf_counter()
+        session.extend(torch.tensor([ctx[-1]]))
+        best_target = min(best_target, time.perf_counter() - t0)
+        session.truncate(base)
+    drafter.end([])
+    return best_draft / best_target
 
 
 def measure_pass_costs(target, max_width: int = 16, repeats: int = 5, context: int = 256) -> tuple[float, ...]:

@@ -35,6 +35,16 @@ def test_gate_shuts_where_the_target_step_is_cheap_and_acceptance_low():
     assert calls == [0] * 7 + [1] + [0] * 7 + [1]  # shut, with a one-token probe every 8th call
 
 
+@pytest.mark.parametrize("block", [True, False], ids=["one pass drafts the block", "control: a pass per token"])
+def test_a_block_drafter_pays_its_pass_once_so_its_gate_drafts_longer(block):
+    """A DFlash block costs one pass whatever its length; charged per token (the draft
+    model's model), the same cost would keep the gate at one token."""
+    gate = DraftGate(costs=BF16_LIKE, draft_cost=0.5, max_tokens=4, block=block)
+    _feed(gate, 40, 4, 2)  # alpha ~ 2/3
+    assert 0.6 < gate.alpha < 0.75
+    assert gate.best() == (4 if block else 1)
+
+
 def test_failed_probes_back_off_and_reopening_resets_the_interval():
     gate = DraftGate(costs=Q4_LIKE, draft_cost=0.2, probe_every=4, max_probe_every=16)
     _feed(gate, 40, 2, 0)
@@ -161,3 +171,18 @@ def test_gated_hybrid_output_equals_vanilla_greedy(fast_target):
         assert spec.generate(ids, params).token_ids == vanilla.generate(ids, params).token_ids
     gated = hybrid.model
     assert gated.rounds["drafted"] > 0 and gated.rounds["skipped"] > 0
+
+
+@pytest.mark.parametrize("caps, drafted", [(False, 6), (True, 2)],
+                         ids=["the drafter sets the length", "control: the gate caps it"])
+def test_an_uncapping_gate_only_opens_the_round(caps, drafted):
+    """A DSpark drafter's schedule weighs every position's own confidence: the gate in front
+    of it decides whether the round drafts at all, not how long."""
+    truth = list(range(100, 140))
+    d = GatedDrafter(Scripted(truth), Recorder(2), caps=caps)
+    params = SamplingParams(temperature=0.0, max_tokens=40)
+    d.begin(truth[:5])
+    assert d.propose(truth[:10], 6, params, None).tokens.numel() == drafted
+    shut = GatedDrafter(Scripted(truth), Recorder(0), caps=caps)
+    shut.begin(truth[:5])
+    assert shut.propose(truth[:10], 6, params, None).tokens.numel() == 0
