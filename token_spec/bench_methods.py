@@ -64,7 +64,7 @@ def make_drafter(name: str, target, draft, args, gate=None, gate_tokens: int = 8
         from .dspark import DSparkDrafter, TopProbConfidence
 
         spark = DSparkDrafter(head, TopProbConfidence.load("eagle3"), schedule(target, head), name=name)
-        return spark if gate is None else GatedDrafter(spark, gate(target, head, gate_tokens), name=name, caps=False)
+        return spark if gate is None else GatedDrafter(spark, gate(target, head, gate_tokens, True), name=name, caps=False)
     if name in ("dflash", "dflash2"):
         from .dflash import DFlashDrafter, load_dflash
 
@@ -77,7 +77,7 @@ def make_drafter(name: str, target, draft, args, gate=None, gate_tokens: int = 8
         spark = DSparkDrafter(model, TopProbConfidence.load("draft"), schedule(target, model), name=name)
         # --cost-aware: the gate shuts the rounds where the draft's measured acceptance
         # cannot pay (chat, prose); where it is open the schedule sets each round's length
-        return spark if gate is None else GatedDrafter(spark, gate(target, draft, gate_tokens), name=name, caps=False)
+        return spark if gate is None else GatedDrafter(spark, gate(target, draft, gate_tokens, True), name=name, caps=False)
 
     lookup, plus, model = name.partition("+")
     if plus:
@@ -104,13 +104,13 @@ def build_methods(args, params) -> tuple[dict, dict, object]:
 
     from .draft_model import fast_draft, load_draft
     from .engine import SpeculativeDecoder, VanillaDecoder
-    from .gamma import (AdaptiveGamma, CostAwareGamma, DraftGate, FixedGamma, measure_pass_costs, measure_propose_cost,
-                        measure_step_ratio)
+    from .gamma import (OPEN_PRIOR, AdaptiveGamma, CostAwareGamma, DraftGate, FixedGamma, measure_pass_costs,
+                        measure_propose_cost, measure_step_ratio)
 
     costs = {}
     ratios = {}
 
-    def gate(target, drafter, max_tokens: int):
+    def gate(target, drafter, max_tokens: int, opens: bool = False):
         """The DraftGate of a costly drafter, its cost measured once per target and kind: the
         draft model's step, the EAGLE-3 head's step, a DFlash block's one pass."""
         block = type(drafter).__name__ == "DFlashDrafter"
@@ -122,7 +122,8 @@ def build_methods(args, params) -> tuple[dict, dict, object]:
                 ratios[key] = measure_propose_cost(drafter, target, max_tokens if block else 1)
             else:
                 ratios[key] = measure_step_ratio(drafter, target)
-        return DraftGate(costs=pass_costs(target), draft_cost=ratios[key], max_tokens=max_tokens, block=block)
+        prior = OPEN_PRIOR if opens else {}
+        return DraftGate(costs=pass_costs(target), draft_cost=ratios[key], max_tokens=max_tokens, block=block, **prior)
 
     def pass_costs(target):
         if id(target) not in costs:

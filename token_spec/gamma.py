@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 __all__ = ["GammaPolicy", "FixedGamma", "AdaptiveGamma", "CostAwareGamma", "DraftGate", "measure_pass_costs",
-           "measure_step_ratio", "measure_propose_cost"]
+           "measure_step_ratio", "measure_propose_cost", "OPEN_PRIOR"]
 
 
 @runtime_checkable
@@ -270,6 +270,12 @@ class DraftGate(_DecayedAcceptance):
             self._probing = False
             if self.best() == 0:  # the probe did not reopen the gate: probe half as often
                 self._interval = min(2 * self._interval, self.max_probe_every)
+
+
+# A DraftGate prior that starts open (alpha 0.8): for a drafter that already weighs each
+# round itself (DSpark's schedule), so the gate learns from real rounds and shuts only
+# where their measured acceptance cannot pay, instead of starting shut on probes alone.
+OPEN_PRIOR = {"prior_accepts": 4.0, "prior_rejects": 1.0}
 
 
 def _timed_pass(session, width: int) -> float:

@@ -85,8 +85,7 @@ class _SuffixView:
         self.shared.end(output_ids)
 
 
-def make_drafter_factory(method: str, target: Any, dtype: Any = None, *, gate_costs=None, max_tokens: int = 4,
-                         gated_dspark: bool = False):
+def make_drafter_factory(method: str, target: Any, dtype: Any = None, *, gate_costs=None, max_tokens: int = 4):
     """A callable giving each request a fresh drafter, or None for ``none``. The draft
     model runs on the lean forward (``fast_draft``) in ``dtype`` (the server's compute
     dtype; default the target's) where the target has one.
@@ -99,9 +98,7 @@ def make_drafter_factory(method: str, target: Any, dtype: Any = None, *, gate_co
     the draft model, its own steps (its cost per step relative to a target step is
     measured here, ``measure_step_ratio``; a lookup's is taken as 0). The engine gives
     the gates each step's per-sequence costs at that step's batch width
-    (``token_spec.serve.engine.batch_costs``). ``dspark`` always weighs pass costs (its
-    schedule needs them); gated_dspark: its rounds also pass a ``DraftGate`` (``--gate``
-    auto or on), which shuts where the draft's measured acceptance cannot pay."""
+    (``token_spec.serve.engine.batch_costs``)."""
     from ..drafters import GatedDrafter, HybridDrafter, ModelDrafter, NgramDrafter, SuffixDrafter
     from ..gamma import DraftGate
 
@@ -125,7 +122,7 @@ def make_drafter_factory(method: str, target: Any, dtype: Any = None, *, gate_co
         if getattr(target, "fast", None) is not None:
             lm = fast_draft(lm, dtype if dtype is not None else target.dtype)
         if method == "dspark":
-            return _dspark_factory(lm, target, gate_costs, max_tokens, gated=gated_dspark)
+            return _dspark_factory(lm, target, gate_costs, max_tokens)
         draft_cost = 0.0
         if gate_costs is not None:
             from ..gamma import measure_step_ratio
@@ -141,30 +138,24 @@ def make_drafter_factory(method: str, target: Any, dtype: Any = None, *, gate_co
     raise ValueError(f"unknown speculative method {method!r}; choose from {SPECULATIVE_METHODS}")
 
 
-def _dspark_factory(lm, target: Any, costs, max_tokens: int, *, gated: bool = False):
+def _dspark_factory(lm, target: Any, costs, max_tokens: int):
     """DSpark (``token_spec.dspark``) over the draft model: each request's rounds verify
     as many drafts as the calibrated confidence and the pass costs make worth it, position
     by position (non-anticipating), at most ``max_tokens``. ``costs``: the target's
     relative pass costs (measured here when None: the schedule needs them). The engine
     sets the schedule's costs to each step's per-sequence share at its batch width, as it
-    does for the gates. gated: each request's rounds also pass a ``DraftGate`` over the
-    same costs (``GatedDrafter`` with ``caps=False``: the gate opens or shuts a round, the
-    schedule sets its length)."""
-    from ..drafters import GatedDrafter, ModelDrafter
+    does for the gates."""
+    from ..drafters import ModelDrafter
     from ..dspark import DSparkDrafter, SurvivalSchedule, TopProbConfidence, measure_step_cost
-    from ..gamma import DraftGate, measure_pass_costs
+    from ..gamma import measure_pass_costs
 
     costs = tuple(costs) if costs is not None else measure_pass_costs(target)
     confidence = TopProbConfidence.load("draft")
     draft_cost = measure_step_cost(ModelDrafter(lm, name="draft"), target)
 
     def make():
-        spark = DSparkDrafter(ModelDrafter(lm, name="draft"), confidence,
-                              SurvivalSchedule(costs=costs, draft_cost=draft_cost, max_tokens=max_tokens))
-        if not gated:
-            return spark
-        gate = DraftGate(costs=costs, draft_cost=draft_cost, max_tokens=max_tokens)
-        return GatedDrafter(spark, gate, name="dspark", caps=False)
+        return DSparkDrafter(ModelDrafter(lm, name="draft"), confidence,
+                             SurvivalSchedule(costs=costs, draft_cost=draft_cost, max_tokens=max_tokens))
 
     return make
 
@@ -227,7 +218,7 @@ def build(config: ServeConfig, target: Any = None):
     engine = BatchEngine(
         lm, target.tokenizer, getattr(target, "eos_ids", (target.eos_id,)),
         drafter_factory=make_drafter_factory(config.speculative, target, lm.dtype, gate_costs=costs,
-                                             max_tokens=config.gamma, gated_dspark=config.gate != "off"),
+                                             max_tokens=config.gamma),
         gamma=config.gamma, max_rows=config.max_rows, max_seqs=config.max_seqs, acceptance=config.acceptance,
         relaxed_threshold=config.relaxed_threshold, pass_costs=costs,
         switch=DraftSwitch() if config.speculative != "none" and config.gate in ("auto", "on") else None,
