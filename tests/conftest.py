@@ -2,13 +2,22 @@
 
 Nothing in the test run may reach the network: the model hub and litellm's remote
 cost map are switched off before any test module imports transformers or litellm.
+
+A run started as a background job of a non-interactive shell (``pytest &``) inherits
+SIGINT ignored, and so would every command line a test starts: the Ctrl-C tests could
+not interrupt them. SIGINT gets Python's own handler back here; a handler (unlike an
+ignore) is reset to the default in a child at exec, so the children can be interrupted.
 """
 
 import os
+import signal
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pytest  # noqa: E402
 
