@@ -251,23 +251,13 @@ class DSparkDrafter:
 
 
 def measure_step_cost(stepper, target, repeats: int = 7, context: int = 256) -> float:
-    """Time of one ``next_logits`` step of ``stepper`` over one one-token target step (best
-    of ``repeats`` each, interleaved, ``context`` cached tokens): the schedule's draft_cost."""
-    import time
+    """Time of one ``next_logits`` step of ``stepper`` over one one-token target step
+    (``token_spec.gamma.draft_over_target``): the schedule's draft_cost."""
+    from .gamma import draft_over_target
 
-    ctx = list(range(100, 100 + context))
-    session = target.start(ctx[:-1])  # fills a feature tap, where the stepper reads one
-    stepper.begin(ctx)
-    stepper.first_logits(ctx)
-    best_draft = best_target = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        stepper.next_logits(200)
-        best_draft = min(best_draft, time.perf_counter() - t0)
-        base = session.length
-        t0 = time.perf_counter()
-        session.extend(torch.tensor([ctx[-1]]))
-        best_target = min(best_target, time.perf_counter() - t0)
-        session.truncate(base)
-    stepper.end([])
-    return best_draft / best_target
+    def begin(ctx):
+        stepper.begin(ctx)
+        stepper.first_logits(ctx)
+
+    return draft_over_target(begin, lambda: stepper.next_logits(200), lambda: stepper.end([]), target, repeats,
+                             context)

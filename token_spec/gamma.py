@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 __all__ = ["GammaPolicy", "FixedGamma", "AdaptiveGamma", "CostAwareGamma", "DraftGate", "measure_pass_costs",
-           "measure_step_ratio", "measure_propose_cost", "OPEN_PRIOR"]
+           "measure_step_ratio", "measure_propose_cost", "draft_over_target", "OPEN_PRIOR"]
 
 
 @runtime_checkable
@@ -303,35 +303,49 @@ def measure_step_ratio(draft, target, repeats: int = 7, context: int = 256) -> f
     return best[0] / best[1]
 
 
-def measure_propose_cost(drafter, target, k: int, repeats: int = 7, context: int = 256) -> float:
-    """Time of one ``drafter.propose`` of ``k`` tokens over one one-token ``target`` step (best
-    of ``repeats`` each, interleaved, ``context`` cached tokens; the drafter's context
-    already caught up, as in a round after the first): DraftGate's draft_cost for a
-    drafter that reads the target's features (the target pass fills its tap), with
-    ``block=True`` where one pass drafts the whole block."""
+def draft_over_target(begin, draft_once, end, target, repeats: int = 7, context: int = 256) -> float:
+    """Time of ``draft_once()`` over one one-token ``target`` step, best of ``repeats`` each,
+    interleaved, ``context`` cached tokens. The target session is started first (its pass
+    fills a feature tap, where a drafter reads one); ``begin(ctx)`` primes the drafter on
+    that context and ``end()`` releases it."""
     import time
 
     import torch
 
-    from .sampling import SamplingParams
-
     ctx = list(range(100, 100 + context))
     session = target.start(ctx[:-1])
-    params = SamplingParams(temperature=0.0)
-    drafter.begin(ctx)
-    drafter.propose(ctx, k, params, None)
+    begin(ctx)
     best_draft = best_target = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        drafter.propose(ctx, k, params, None)
+        draft_once()
         best_draft = min(best_draft, time.perf_counter() - t0)
         base = session.length
         t0 = time.perf_counter()
         session.extend(torch.tensor([ctx[-1]]))
         best_target = min(best_target, time.perf_counter() - t0)
         session.truncate(base)
-    drafter.end([])
+    end()
     return best_draft / best_target
+
+
+def measure_propose_cost(drafter, target, k: int, repeats: int = 7, context: int = 256) -> float:
+    """Time of one ``drafter.propose`` of ``k`` tokens over one one-token ``target`` step
+    (``draft_over_target``; the drafter's context already caught up, as in a round after
+    the first): DraftGate's draft_cost for a drafter that reads the target's features,
+    with ``block=True`` where one pass drafts the whole block."""
+    from .sampling import SamplingParams
+
+    params = SamplingParams(temperature=0.0)
+    primed: list[int] = []
+
+    def begin(ctx):
+        primed[:] = ctx
+        drafter.begin(ctx)
+        drafter.propose(ctx, k, params, None)
+
+    return draft_over_target(begin, lambda: drafter.propose(primed, k, params, None), lambda: drafter.end([]),
+                             target, repeats, context)
 
 
 def measure_pass_costs(target, max_width: int = 16, repeats: int = 5, context: int = 256) -> tuple[float, ...]:

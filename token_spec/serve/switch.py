@@ -127,10 +127,9 @@ class DraftSwitch:
         """``steps``, raised so that exploring the arm behind costs at most ``explore_cost``
         of the time, capped at ``max_explore_every``."""
         fast, slow = sorted((self.rates[(width, True)], self.rates[(width, False)]), reverse=True)
-        extra = fast / slow - 1.0 if slow > 0 else float("inf")
-        need = self.max_explore_every if extra / self.explore_cost >= self.max_explore_every else math.ceil(
-            extra / self.explore_cost)
-        return min(self.max_explore_every, max(steps, need))
+        if slow <= 0:  # the arm behind emitted nothing: explore it as rarely as allowed
+            return self.max_explore_every
+        return min(self.max_explore_every, max(steps, math.ceil((fast / slow - 1.0) / self.explore_cost)))
 
     def record(self, width: int, on: bool, tokens: int, seconds: float) -> None:
         """One step's outcome: ``tokens`` emitted in ``seconds`` of step time."""
