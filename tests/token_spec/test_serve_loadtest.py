@@ -89,3 +89,31 @@ def test_loadtest_drives_llama_cpp_server_on_the_same_gguf(tmp_path):
     result = run_loadtest(args)
     (row,) = result["rows"]
     assert row["method"] == "llamacpp" and row["tokens_per_s"] > 0 and row["mean_acceptance_length"] is None
+
+
+def test_the_control_is_a_second_none_server_paired_like_any_method():
+    from token_spec.serve.loadtest import CONTROL, _methods, server_command
+
+    assert _methods(_args(methods="none,ngram", control=True)) == ["none", "ngram", CONTROL]
+    assert _methods(_args(methods="none,ngram", control=False)) == ["none", "ngram"]  # control: not asked
+    cmd = server_command(CONTROL, _args(), 8125)
+    assert cmd == server_command("none", _args(), 8125)  # the very server none runs
+    runs = [_run("none", k, v) for k, v in enumerate((10.0, 20.0, 30.0))]
+    runs += [_run(CONTROL, k, v) for k, v in enumerate((10.5, 19.0, 30.0))]
+    row = next(r for r in _medians(runs) if r["method"] == CONTROL)
+    assert row["vs_none"] == pytest.approx(1.0) and row["vs_none_min"] == pytest.approx(0.95)
+
+
+def test_a_control_without_none_is_refused_before_any_server_starts(tmp_path, capsys):
+    import argparse
+
+    from token_spec.serve.loadtest import add_parser
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["loadtest", "--out", str(tmp_path / "o"), "--methods", "ngram", "--control"])
+    with pytest.raises(SystemExit) as exc:
+        args.func(args)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--control needs none in --methods" in err

@@ -46,3 +46,14 @@ def test_negative_control_an_edited_figure_no_longer_matches():
     peer = next(r for r in data["rows"] if r["method"] == "llamacpp")
     peer["tokens_per_s_per_client"] += 1.0
     assert render_summary(data) not in (ROOT / "README.md").read_text()
+
+
+def test_the_control_is_the_last_column_and_never_ours_best():
+    from token_spec.serve.loadtest import CONTROL
+
+    data = {"command": "c", "config": {}, "rows": [_row("none", 1, 40.0, 1.0), _row(CONTROL, 1, 44.0, 1.1),
+                                                    _row("ngram", 1, 42.0, 1.05), _row("llamacpp", 1, 30.0, 0.75)]}
+    table = render_summary(data)
+    head = table.splitlines()[0]
+    assert head.rstrip(" |").endswith(f"{CONTROL} ÷ none (A/A: the noise)")
+    assert "| 1 | 42.0 (ngram) |" in table  # the control's faster run is noise, not our best method

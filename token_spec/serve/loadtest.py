@@ -14,6 +14,11 @@ too), its spread over the repeats, requests/s, mean and p50/p90/p99 request late
 mean and p50/p99 time to first token, mean acceptance length from ``/metrics`` deltas
 (where the server has them). Writes ``loadtest.json`` and ``loadtest.png`` into ``--out``.
 
+``--control`` adds ``none-control``: a second server identical to ``none``, run in the
+same rotation and paired with ``none`` the same way. Its ratio to ``none`` is an A/A
+test: whatever it shows beyond 1.00 is the run's noise, the floor under which a
+speculative method's ratio cannot be told from no speculation.
+
 Example: ``token_spec loadtest --out loadtest-out --clients 1,4,16 --requests 2 --max-tokens 32``
 """
 
@@ -32,7 +37,7 @@ from pathlib import Path
 from ..report import pyplot, table_formatter
 
 __all__ = ["add_parser", "main", "run_loadtest", "format_table", "results_table", "plot", "parse_metrics", "server_command",
-           "PEER_METHODS"]
+           "PEER_METHODS", "CONTROL"]
 
 
 def add_parser(sub) -> None:
@@ -53,6 +58,9 @@ def add_parser(sub) -> None:
                    help=f"comma list of --speculative methods {list(SPECULATIVE_METHODS)}, and the peers "
                    f"{list(PEER_METHODS)} (llama.cpp's OpenAI server from llama-cpp-python's server extra on the "
                    "same GGUF and thread count; +lookup = its prompt lookup decoding) (default none,ngram)")
+    p.add_argument("--control", action="store_true",
+                   help=f"also run {CONTROL!r}, a second server identical to none, as an A/A control: its ratio "
+                   "to none is the run's noise floor (needs none in --methods)")
     p.add_argument("--target", "--dtype", dest="target", choices=TARGET_CHOICES, default="auto",
                    help="target configuration of the servers (as token_spec serve --target; default auto)")
     p.add_argument("--gamma", type=int_within(1, MAX_GAMMA), default=4,
@@ -66,13 +74,27 @@ def add_parser(sub) -> None:
 
 
 PEER_METHODS = ("llamacpp", "llamacpp+lookup")
+CONTROL = "none-control"  # the A/A control: a second no-speculation server
+
+
+def _methods(args) -> list[str]:
+    """The servers to run, in rotation order: ``--methods``, then the control if asked."""
+    methods = list(dict.fromkeys(m for m in args.methods.split(",") if m))
+    if getattr(args, "control", False):
+        if "none" not in methods:
+            raise ValueError("--control needs none in --methods (the control is paired with it)")
+        methods.append(CONTROL)
+    return methods
 
 
 def server_command(method: str, args, port: int) -> list[str]:
     """The command that starts the server of ``method`` on 127.0.0.1:``port``: ``token_spec
     serve`` for our methods; for a peer, ``python -m llama_cpp.server`` on the target's own
     GGUF (the one ``token_spec.target`` loads) with ``args.threads`` threads, one request
-    at a time without interrupting one another, the model id ``m``."""
+    at a time without interrupting one another, the model id ``m``. The control is a
+    ``none`` server."""
+    if method == CONTROL:
+        method = "none"
     if method in PEER_METHODS:
         from ..target import find_gguf
 
@@ -226,7 +248,7 @@ def run_loadtest(args) -> dict:
     from ..prompts import prompts_for
 
     levels = [int(c) for c in args.clients.split(",") if c]
-    methods = [m for m in args.methods.split(",") if m]
+    methods = _methods(args)
     prompts = prompts_for("code") + prompts_for("agent")
     servers = {m: _ServerProcess(m, args) for m in methods}
     rows = []
@@ -349,6 +371,10 @@ def main(args: argparse.Namespace) -> int:
         out = ensure_writable_dir(args.out)
     except ValueError as exc:
         args.parser.error(f"argument --out: {exc}")
+    try:
+        _methods(args)
+    except ValueError as exc:
+        args.parser.error(str(exc))
     result = run_loadtest(args)
     result["command"] = "token_spec " + " ".join(sys.argv[1:])
     (out / "loadtest.json").write_text(json.dumps(result, indent=1))

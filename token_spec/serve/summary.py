@@ -4,7 +4,8 @@
 the README keeps only what a user deciding between the two servers reads: per
 concurrency, the tok/s per client of our fastest exact method and of llama.cpp's
 server, the aggregate tok/s of both, and each speculative method's tok/s over our
-``none`` (the median of the paired per-repeat ratios, with their spread).
+``none`` (the median of the paired per-repeat ratios, with their spread). Where the run
+had the A/A control (``--control``), its ratio comes last: the run's noise floor.
 
 ``python -m token_spec.serve.summary FILE`` prints the markdown; the README's table is
 that output for ``docs/results/serve_loadtest_1thread.json`` (a test checks it).
@@ -37,17 +38,20 @@ def render_summary(data: dict[str, Any]) -> str:
     by = _rows_by(data)
     if not by:
         raise ValueError("no rows")
-    spec = sorted({m for rows in by.values() for m in rows} - {"none", "llamacpp"})
+    from .loadtest import CONTROL
+
+    seen = {m for rows in by.values() for m in rows}
+    spec = sorted(seen - {"none", "llamacpp", CONTROL}) + ([CONTROL] if CONTROL in seen else [])
     for c, rows in sorted(by.items()):
         for need in ("none", "llamacpp"):
             if need not in rows:
                 raise ValueError(f"no {need!r} row at {c} clients")
     head = ["clients", "ours, best exact tok/s per client", "llama.cpp tok/s per client",
             "ours aggregate tok/s", "llama.cpp aggregate tok/s"]
-    head += [f"{m} ÷ none" for m in spec]
+    head += [f"{m} ÷ none" + (" (A/A: the noise)" if m == CONTROL else "") for m in spec]
     table = []
     for c, rows in sorted(by.items()):
-        ours = max((r for m, r in rows.items() if m != "llamacpp"),
+        ours = max((r for m, r in rows.items() if m not in ("llamacpp", CONTROL)),
                    key=lambda r: r["tokens_per_s"])
         peer = rows["llamacpp"]
         cells = [str(c), f"{ours['tokens_per_s_per_client']:.1f} ({ours['method']})",
