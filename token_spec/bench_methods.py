@@ -161,6 +161,9 @@ def build_methods(args, params) -> tuple[dict, dict, object]:
         draft_lm = fast_draft(draft_hf, target.dtype) if draft_hf is not None and target.fast else draft_hf
         methods[f"{cfg}:vanilla"] = Ours(VanillaDecoder(target), params)
         reference[f"{cfg}:vanilla"] = f"{cfg}:vanilla"
+        if getattr(args, "control", False):  # the A/A test: the very same decoding, measured as a method
+            methods[f"{cfg}:vanilla-control"] = Ours(VanillaDecoder(target), params)
+            reference[f"{cfg}:vanilla-control"] = f"{cfg}:vanilla"
         for spec in drafters:
             name, _, g = spec.partition(":")
             gated = gate if getattr(args, "cost_aware", False) and not g else None

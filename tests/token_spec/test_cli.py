@@ -60,3 +60,24 @@ def test_suffix_memory_restarts_for_every_thread_count(target, tmp_path):
     first, second = (r["counters"] for r in sorted(rows, key=lambda r: -r["threads"]))
     assert first["num_accepted_tokens"] == second["num_accepted_tokens"]
     assert first["num_draft_tokens"] == second["num_draft_tokens"]
+
+
+def test_the_control_is_a_second_vanilla_measured_against_vanilla(target, tmp_path):
+    out = tmp_path / "bench"
+    rc = main(["bench", "--out", str(out), "--max-tokens", "6", "--repeats", "1", "--domains", "code",
+               "--prompts", "1", "--drafters", "ngram", "--targets", "fp32", "--hf", "none",
+               "--llamacpp", "off", "--threads", "1", "--control"])
+    assert rc == 0
+    rows = {r["method"]: r for r in json.loads((out / "bench.json").read_text())["rows"]}
+    control, vanilla = rows["fp32:vanilla-control"], rows["fp32:vanilla"]
+    assert control["identical"] is True and control["tokens"] == vanilla["tokens"]
+    # its speed-up is over our vanilla of the same target (not the bf16 default of other engines)
+    assert control["speedup"] == pytest.approx(control["tokens_per_s"] / vanilla["tokens_per_s"])
+
+
+def test_without_the_flag_there_is_no_control(target, tmp_path):
+    out = tmp_path / "bench"
+    assert main(["bench", "--out", str(out), "--max-tokens", "4", "--repeats", "1", "--domains", "code",
+                 "--prompts", "1", "--drafters", "ngram", "--targets", "fp32", "--hf", "none",
+                 "--llamacpp", "off", "--threads", "1"]) == 0
+    assert not any("control" in r["method"] for r in json.loads((out / "bench.json").read_text())["rows"])
