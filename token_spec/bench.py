@@ -18,8 +18,11 @@ One process, the same prompt ids for every engine. Engines (each a "method"):
   target, run and measured like any method, an A/A test whose "speed-up" over vanilla
   is what the run's noise alone does to a speed-up.
 
-Every (thread count, prompt, repeat) runs all methods back to back in a rotating order,
-so a change of machine load hits every method alike. Per request we time the whole
+Every (thread count, prompt, repeat) runs all methods back to back in an order shuffled
+afresh each time (``run_order``, seeded), so a change of machine load hits every method
+alike and no method always runs right after the same one (a rotation would give each
+method one fixed predecessor, and what that one leaves in the caches would always be
+charged to it). Per request we time the whole
 call (end-to-end) and the prefill: ours, the prompt's prefill (the first new token is
 decode work); HF and llama.cpp, the time to the first new token (their prefill also
 yields it), so decode tok/s = new tokens after the first / time after it. Per method
@@ -48,7 +51,7 @@ from .bench_engines import Ours, Request, llamacpp_available, llamacpp_methods, 
 from .bench_methods import HF_KINDS, KNOWN_DRAFTERS, OUR_DRAFTERS, TARGET_CONFIGS, build_methods
 from .report import cpu_model, pyplot, table_formatter
 
-__all__ = ["add_arguments", "run_bench", "format_table", "results_table", "plot", "main_bench", "TARGET_CONFIGS", "OUR_DRAFTERS",
+__all__ = ["add_arguments", "run_order", "run_bench", "format_table", "results_table", "plot", "main_bench", "TARGET_CONFIGS", "OUR_DRAFTERS",
            "KNOWN_DRAFTERS", "HF_KINDS", "llamacpp_available"]
 
 
@@ -163,8 +166,7 @@ def run_bench(args) -> dict:
                 snapshots = {m: copy.deepcopy(fn.decoder.drafter) for m, fn in ms.items()
                              if isinstance(fn, Ours) and ":spec:suffix" in m}
                 for rep in range(args.repeats):
-                    shift = (pi + rep) % len(names)
-                    for name in names[shift:] + names[:shift]:
+                    for name in run_order(names, pi, rep, args.seed):
                         fn = ms[name]
                         if name in snapshots:
                             fn.decoder.drafter = copy.deepcopy(snapshots[name])
@@ -226,6 +228,17 @@ def run_bench(args) -> dict:
         "runs": runs,
     }
 
+
+
+def run_order(names: list[str], prompt: int, repeat: int, seed: int = 0) -> list[str]:
+    """The order in which the methods run for one (prompt, repeat): a permutation of
+    ``names`` drawn from a generator seeded by (seed, prompt, repeat), so a run is
+    reproducible and every method follows every other one about equally often."""
+    import random
+
+    order = list(names)
+    random.Random(f"{seed}/{prompt}/{repeat}").shuffle(order)
+    return order
 
 
 def _our_vanilla(name: str) -> str:
