@@ -231,6 +231,8 @@ def verify(
     bonus token. Raises ValueError on inputs that break this contract.
     """
     validate_inputs(target_probs, draft_tokens, draft_probs)
+    if draft_tokens.numel() == 0:  # k = 0: one token straight from row 0, as _decide draws it
+        return sample(target_probs[0], generator).reshape(1)  # [1]
     draft_tokens = draft_tokens.to(device=target_probs.device, dtype=torch.long)  # [k]
     num_accepted, final_token = _decide(
         target_probs.unsqueeze(0),

@@ -286,3 +286,33 @@ def test_relaxed_validates_like_verify():
     with pytest.raises(ValueError, match="draft vocabulary size"):
         verify_relaxed(p, d, rows(2, 7, seed=1))
     assert RelaxedVerifier.lossless is False
+
+
+def _no_draft_rows(seed: int, vocab: int = 50) -> torch.Tensor:
+    g = torch.Generator().manual_seed(10_000 + seed)
+    return torch.softmax(torch.randn(1, vocab, generator=g) * 2, dim=-1)  # [1, V]
+
+
+def test_a_round_without_drafts_draws_as_the_batched_algorithm_does():
+    """verify's k = 0 shortcut returns the token _decide would, consuming the generator alike
+    (the next draw after it agrees too)."""
+    empty = torch.empty(0, dtype=torch.long)
+    for seed in range(200):
+        p = _no_draft_rows(seed)
+        g1, g2 = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        fast = verify(p, empty, generator=g1)
+        tokens, n = verify_batch(p.unsqueeze(0), empty.unsqueeze(0), generator=g2)
+        assert fast.tolist() == tokens[0, :1].tolist() and int(n[0]) == 1
+        assert torch.rand(1, generator=g1).item() == torch.rand(1, generator=g2).item()
+
+
+def test_negative_control_another_categorical_draw_is_caught():
+    empty = torch.empty(0, dtype=torch.long)
+    differ = 0
+    for seed in range(200):
+        p = _no_draft_rows(seed)
+        g1, g2 = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        other = torch.multinomial(p[0], 1, generator=g1)  # a correct draw from p, but not verify's
+        tokens, _ = verify_batch(p.unsqueeze(0), empty.unsqueeze(0), generator=g2)
+        differ += other.tolist() != tokens[0, :1].tolist()
+    assert differ > 0
