@@ -13,7 +13,10 @@ from token_spec.bench import format_table
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "token-tier-benchmark.md"
-FILES = pytest.mark.parametrize("name", ["token_bench_1thread.json", "token_bench_gates_q4.json"])
+FILES = pytest.mark.parametrize("name", ["token_bench_1thread.json", "token_bench_gates_q4.json",
+                                         "token_bench_control_q4.json",
+                                         "token_bench_control_q4_before_shortcut.json",
+                                         "token_bench_control_q4_rotation.json"])
 
 
 @FILES
