@@ -19,10 +19,8 @@ One process, the same prompt ids for every engine. Engines (each a "method"):
   is what the run's noise alone does to a speed-up.
 
 Every (thread count, prompt, repeat) runs all methods back to back in an order shuffled
-afresh each time (``run_order``, seeded), so a change of machine load hits every method
-alike and no method always runs right after the same one (a rotation would give each
-method one fixed predecessor, and what that one leaves in the caches would always be
-charged to it). Per request we time the whole
+afresh each time (``token_spec.interleave.run_order``, seeded), so a change of machine
+load hits every method alike and no method always runs right after the same one. Per request we time the whole
 call (end-to-end) and the prefill: ours, the prompt's prefill (the first new token is
 decode work); HF and llama.cpp, the time to the first new token (their prefill also
 yields it), so decode tok/s = new tokens after the first / time after it. Per method
@@ -48,10 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .bench_engines import Ours, Request, llamacpp_available, llamacpp_methods, warm
+from .interleave import run_order
 from .bench_methods import HF_KINDS, KNOWN_DRAFTERS, OUR_DRAFTERS, TARGET_CONFIGS, build_methods
 from .report import cpu_model, pyplot, table_formatter
 
-__all__ = ["add_arguments", "run_order", "run_bench", "format_table", "results_table", "plot", "main_bench", "TARGET_CONFIGS", "OUR_DRAFTERS",
+__all__ = ["add_arguments", "run_bench", "format_table", "results_table", "plot", "main_bench", "TARGET_CONFIGS", "OUR_DRAFTERS",
            "KNOWN_DRAFTERS", "HF_KINDS", "llamacpp_available"]
 
 
@@ -81,7 +80,7 @@ def add_arguments(b) -> None:
                    "drafting only where its measured acceptance pays (DraftGate) (drafters without :G)")
     b.add_argument("--control", action="store_true",
                    help="also run <cfg>:vanilla-control, a second vanilla decoder of each target in the same "
-                   "rotation: an A/A test whose speed-up over vanilla is the run's noise")
+                   "order: an A/A test whose speed-up over vanilla is the run's noise")
     b.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     b.add_argument("--seed", type=int, default=0, help="sampling seed when --temperature > 0 (default 0)")
     b.add_argument("--hf", default="auto",
@@ -228,17 +227,6 @@ def run_bench(args) -> dict:
         "runs": runs,
     }
 
-
-
-def run_order(names: list[str], prompt: int, repeat: int, seed: int = 0) -> list[str]:
-    """The order in which the methods run for one (prompt, repeat): a permutation of
-    ``names`` drawn from a generator seeded by (seed, prompt, repeat), so a run is
-    reproducible and every method follows every other one about equally often."""
-    import random
-
-    order = list(names)
-    random.Random(f"{seed}/{prompt}/{repeat}").shuffle(order)
-    return order
 
 
 def _our_vanilla(name: str) -> str:

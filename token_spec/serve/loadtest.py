@@ -8,14 +8,15 @@ it answers), so client and server do not share a GIL.
 For each concurrency ``c`` in ``--clients`` (default 1,4,16), ``c`` clients each
 send ``--requests`` streaming chat requests back to back (greedy, ``--max-tokens``,
 prompts from ``token_spec.prompts`` code and agent domains, round robin). Methods run
-interleaved per concurrency level (all servers stay up), so machine load hits them
-alike. Reported per (method, c): throughput (completion tokens / wall s; per client
+interleaved per concurrency level (all servers stay up), in an order shuffled afresh
+for each level and repeat (``token_spec.interleave.run_order``), so machine load hits
+them alike and no server always runs right after the same one. Reported per (method, c): throughput (completion tokens / wall s; per client
 too), its spread over the repeats, requests/s, mean and p50/p90/p99 request latency,
 mean and p50/p99 time to first token, mean acceptance length from ``/metrics`` deltas
 (where the server has them). Writes ``loadtest.json`` and ``loadtest.png`` into ``--out``.
 
 ``--control`` adds ``none-control``: a second server identical to ``none``, run in the
-same rotation and paired with ``none`` the same way. Its ratio to ``none`` is an A/A
+same shuffled order and paired with ``none`` the same way. Its ratio to ``none`` is an A/A
 test: whatever it shows beyond 1.00 is the run's noise, the floor under which a
 speculative method's ratio cannot be told from no speculation.
 
@@ -34,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..interleave import run_order
 from ..report import pyplot, table_formatter
 
 __all__ = ["add_parser", "main", "run_loadtest", "format_table", "results_table", "plot", "parse_metrics", "server_command",
@@ -53,7 +55,7 @@ def add_parser(sub) -> None:
     p.add_argument("--requests", type=int_at_least(1), default=2, help="requests per client and level (default 2)")
     p.add_argument("--max-tokens", type=int_at_least(1), default=32, help="new tokens per request (default 32)")
     p.add_argument("--repeats", type=int_at_least(1), default=1,
-                   help="repeat the sweep (method order rotated each time); the table shows medians (default 1)")
+                   help="repeat the sweep (method order shuffled each time); the table shows medians (default 1)")
     p.add_argument("--methods", type=comma_list(SPECULATIVE_METHODS + PEER_METHODS), default="none,ngram",
                    help=f"comma list of --speculative methods {list(SPECULATIVE_METHODS)}, and the peers "
                    f"{list(PEER_METHODS)} (llama.cpp's OpenAI server from llama-cpp-python's server extra on the "
@@ -78,7 +80,7 @@ CONTROL = "none-control"  # the A/A control: a second no-speculation server
 
 
 def _methods(args) -> list[str]:
-    """The servers to run, in rotation order: ``--methods``, then the control if asked."""
+    """The servers to run: ``--methods``, then the control if asked."""
     methods = list(dict.fromkeys(m for m in args.methods.split(",") if m))
     if getattr(args, "control", False):
         if "none" not in methods:
@@ -258,9 +260,7 @@ def run_loadtest(args) -> dict:
         for s in servers.values():  # warm-up request per server
             anyio.run(_level, s.url, 1, 1, 8, prompts)
         for rep, (li, c) in ((r, x) for r in range(args.repeats) for x in enumerate(levels)):
-            shift = (li + rep) % len(methods)
-            order = methods[shift:] + methods[:shift]
-            for m in order:
+            for m in run_order(methods, li, rep):
                 s = servers[m]
                 before = _metrics(s.url)
                 row = anyio.run(_level, s.url, c, args.requests, args.max_tokens, prompts)

@@ -1,10 +1,10 @@
-"""The bench's run order: reproducible, and no method always runs after the same one."""
+"""The run order of interleaved measurements: reproducible, and no method always runs after the same one."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from token_spec.bench import run_order
+from token_spec.interleave import run_order
 
 NAMES = ["vanilla", "control", "eagle3", "dspark"]
 
