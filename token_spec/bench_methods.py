@@ -49,10 +49,10 @@ def load_config(cfg: str):
 
 
 def make_drafter(name: str, target, draft, args, gate=None, gate_tokens: int = 8, schedule=None):
-    """A fresh drafter by bench name; ``gate(target, drafter, max_tokens)`` -> a DraftGate
-    for a costly drafter (the draft model, the EAGLE-3 head, the DFlash blocks; None:
-    ungated); ``schedule(target, step_drafter)`` -> the SurvivalSchedule of the dspark
-    drafters."""
+    """A fresh drafter by bench name; ``gate(target, drafter, max_tokens, kind, opens=False)``
+    -> a DraftGate for a costly drafter of that kind ("step": the draft model, "head": the
+    EAGLE-3 head, "block": the DFlash blocks; None: ungated); ``schedule(target,
+    step_drafter)`` -> the SurvivalSchedule of the dspark drafters."""
     from .drafters import GatedDrafter, HybridDrafter, ModelDrafter, NgramDrafter, SuffixDrafter
 
     if name in ("eagle3", "dspark-eagle3"):
@@ -60,16 +60,18 @@ def make_drafter(name: str, target, draft, args, gate=None, gate_tokens: int = 8
 
         head = Eagle3Drafter(target, load_eagle3(target), name=name)
         if name == "eagle3":
-            return head if gate is None else GatedDrafter(head, gate(target, head, gate_tokens), name=name)
+            return head if gate is None else GatedDrafter(head, gate(target, head, gate_tokens, "head"), name=name)
         from .dspark import DSparkDrafter, TopProbConfidence
 
         spark = DSparkDrafter(head, TopProbConfidence.load("eagle3"), schedule(target, head), name=name)
-        return spark if gate is None else GatedDrafter(spark, gate(target, head, gate_tokens, True), name=name, caps=False)
+        if gate is None:
+            return spark
+        return GatedDrafter(spark, gate(target, head, gate_tokens, "head", opens=True), name=name, caps=False)
     if name in ("dflash", "dflash2"):
         from .dflash import DFlashDrafter, load_dflash
 
         block = DFlashDrafter(target, *load_dflash(target, name), name=name)
-        return block if gate is None else GatedDrafter(block, gate(target, block, gate_tokens), name=name)
+        return block if gate is None else GatedDrafter(block, gate(target, block, gate_tokens, "block"), name=name)
     if name == "dspark":
         from .dspark import DSparkDrafter, TopProbConfidence
 
@@ -77,7 +79,9 @@ def make_drafter(name: str, target, draft, args, gate=None, gate_tokens: int = 8
         spark = DSparkDrafter(model, TopProbConfidence.load("draft"), schedule(target, model), name=name)
         # --cost-aware: the gate shuts the rounds where the draft's measured acceptance
         # cannot pay (chat, prose); where it is open the schedule sets each round's length
-        return spark if gate is None else GatedDrafter(spark, gate(target, draft, gate_tokens, True), name=name, caps=False)
+        if gate is None:
+            return spark
+        return GatedDrafter(spark, gate(target, draft, gate_tokens, "step", opens=True), name=name, caps=False)
 
     lookup, plus, model = name.partition("+")
     if plus:
@@ -94,7 +98,7 @@ def make_drafter(name: str, target, draft, args, gate=None, gate_tokens: int = 8
             return model
         # --cost-aware: draft only in rounds where the draft model's measured acceptance
         # pays for its steps and the wider verify pass (never slower than plain steps)
-        return GatedDrafter(model, gate(target, draft, gate_tokens), name="draft")
+        return GatedDrafter(model, gate(target, draft, gate_tokens, "step"), name="draft")
     raise ValueError(f"unknown drafter {name!r}; choose from {list(KNOWN_DRAFTERS)}")
 
 
@@ -110,18 +114,21 @@ def build_methods(args, params) -> tuple[dict, dict, object]:
     costs = {}
     ratios = {}
 
-    def gate(target, drafter, max_tokens: int, opens: bool = False):
-        """The DraftGate of a costly drafter, its cost measured once per target and kind: the
-        draft model's step, the EAGLE-3 head's step, a DFlash block's one pass."""
-        block = type(drafter).__name__ == "DFlashDrafter"
+    def gate(target, drafter, max_tokens: int, kind: str, opens: bool = False):
+        """The DraftGate of a costly drafter, its cost measured once per target, kind and
+        name: "step", the draft model's step (``drafter`` the draft model); "head", one
+        EAGLE-3 head step; "block", a DFlash block's one pass (at most its block size)."""
+        if kind not in ("step", "head", "block"):
+            raise ValueError(f"unknown drafter kind {kind!r}; choose from step, head, block")
+        block = kind == "block"
         if block:
             max_tokens = min(max_tokens, drafter.head.block)
-        key = (id(target), type(drafter).__name__, getattr(drafter, "name", ""))
+        key = (id(target), kind, getattr(drafter, "name", ""))
         if key not in ratios:
-            if type(drafter).__name__ in ("Eagle3Drafter", "DFlashDrafter"):
-                ratios[key] = measure_propose_cost(drafter, target, max_tokens if block else 1)
-            else:
+            if kind == "step":
                 ratios[key] = measure_step_ratio(drafter, target)
+            else:
+                ratios[key] = measure_propose_cost(drafter, target, max_tokens if block else 1)
         prior = OPEN_PRIOR if opens else {}
         return DraftGate(costs=pass_costs(target), draft_cost=ratios[key], max_tokens=max_tokens, block=block, **prior)
 
