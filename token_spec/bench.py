@@ -20,8 +20,8 @@ One process, the same prompt ids for every engine. Engines (each a "method"):
 
 Every (thread count, prompt, repeat) runs all methods back to back in an order shuffled
 afresh each time (``token_spec.interleave.run_order``, seeded), so a change of machine
-load hits every method alike and no method always runs right after the same one. Per request we time the whole
-call (end-to-end) and the prefill: ours, the prompt's prefill (the first new token is
+load hits every method alike and no method always runs right after the same one. Per
+request we time the whole call (end-to-end) and the prefill: ours, the prompt's prefill (the first new token is
 decode work); HF and llama.cpp, the time to the first new token (their prefill also
 yields it), so decode tok/s = new tokens after the first / time after it. Per method
 the per-prompt medians over repeats are summed. Identity: each method's greedy output
@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .bench_engines import Ours, Request, llamacpp_available, llamacpp_methods, warm
-from .interleave import run_order
 from .bench_methods import HF_KINDS, KNOWN_DRAFTERS, OUR_DRAFTERS, TARGET_CONFIGS, build_methods
+from .interleave import run_order
 from .report import cpu_model, pyplot, table_formatter
 
 __all__ = ["add_arguments", "run_bench", "format_table", "results_table", "plot", "main_bench", "TARGET_CONFIGS", "OUR_DRAFTERS",

@@ -117,3 +117,4 @@ def test_a_control_without_none_is_refused_before_any_server_starts(tmp_path, ca
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--control needs none in --methods" in err
+    assert not (tmp_path / "o").exists()  # refused before the output folder is made

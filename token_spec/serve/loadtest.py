@@ -10,10 +10,11 @@ send ``--requests`` streaming chat requests back to back (greedy, ``--max-tokens
 prompts from ``token_spec.prompts`` code and agent domains, round robin). Methods run
 interleaved per concurrency level (all servers stay up), in an order shuffled afresh
 for each level and repeat (``token_spec.interleave.run_order``), so machine load hits
-them alike and no server always runs right after the same one. Reported per (method, c): throughput (completion tokens / wall s; per client
-too), its spread over the repeats, requests/s, mean and p50/p90/p99 request latency,
-mean and p50/p99 time to first token, mean acceptance length from ``/metrics`` deltas
-(where the server has them). Writes ``loadtest.json`` and ``loadtest.png`` into ``--out``.
+them alike and no server always runs right after the same one. Reported per (method,
+c): throughput (completion tokens / wall s; per client too), its spread over the
+repeats, requests/s, mean and p50/p90/p99 request latency, mean and p50/p99 time to
+first token, mean acceptance length from ``/metrics`` deltas (where the server has
+them). Writes ``loadtest.json`` and ``loadtest.png`` into ``--out``.
 
 ``--control`` adds ``none-control``: a second server identical to ``none``, run in the
 same shuffled order and paired with ``none`` the same way. Its ratio to ``none`` is an A/A
@@ -367,14 +368,14 @@ def plot(result: dict, path: Path) -> None:
 def main(args: argparse.Namespace) -> int:
     from spectool.cli import ensure_writable_dir
 
+    try:  # every flag checked before anything is created
+        _methods(args)
+    except ValueError as exc:
+        args.parser.error(str(exc))
     try:
         out = ensure_writable_dir(args.out)
     except ValueError as exc:
         args.parser.error(f"argument --out: {exc}")
-    try:
-        _methods(args)
-    except ValueError as exc:
-        args.parser.error(str(exc))
     result = run_loadtest(args)
     result["command"] = "token_spec " + " ".join(sys.argv[1:])
     (out / "loadtest.json").write_text(json.dumps(result, indent=1))

@@ -19,6 +19,7 @@ from typing import Any
 from spectool.tables import render_file_main
 
 from ..report import load_average, markdown_table
+from .loadtest import CONTROL
 
 __all__ = ["render_summary", "main"]
 
@@ -38,8 +39,6 @@ def render_summary(data: dict[str, Any]) -> str:
     by = _rows_by(data)
     if not by:
         raise ValueError("no rows")
-    from .loadtest import CONTROL
-
     seen = {m for rows in by.values() for m in rows}
     spec = sorted(seen - {"none", "llamacpp", CONTROL}) + ([CONTROL] if CONTROL in seen else [])
     for c, rows in sorted(by.items()):
