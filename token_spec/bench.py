@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .bench_engines import Ours, Request, llamacpp_available, llamacpp_methods, warm
-from .bench_methods import HF_KINDS, KNOWN_DRAFTERS, OUR_DRAFTERS, TARGET_CONFIGS, build_methods
+from .bench_methods import HF_KINDS, KNOWN_DRAFTERS, OUR_DRAFTERS, TARGET_CONFIGS, build_methods, target_configs
 from .interleave import run_order
 from .report import cpu_model, pyplot, table_formatter
 
@@ -222,11 +222,19 @@ def run_bench(args) -> dict:
             "python": platform.python_version(), "cpu": cpu_model(),
             "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
             "llama_cpp": _llama_version() if use_llama else None,
+            "q4_kernel": _q4_kernel() if "bf16-q4" in target_configs(args.targets) else None,
         },
         "rows": rows,
         "runs": runs,
     }
 
+
+
+def _q4_kernel() -> str:
+    """Which GEMM the Q4_1 target ran: "native" (the compiled nibble GEMM) or "aten"."""
+    from .q4_weights import native_q4_mm
+
+    return "native" if native_q4_mm() is not None else "aten"
 
 
 def _our_vanilla(name: str) -> str:

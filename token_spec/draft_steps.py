@@ -84,7 +84,13 @@ def plan_of(drafter: Any, context: Sequence[int], k: int, params: Any, generator
 
 
 def _extend(feed: Feed) -> torch.Tensor:
-    return feed.session.extend(torch.tensor(feed.ids, dtype=torch.long))[-1]
+    """The logits row after ``feed``'s last id. A feed wider than PAD_WIDTH (a catch-up,
+    never packed) runs the LM head on its last row only, where the session can."""
+    ids = torch.tensor(feed.ids, dtype=torch.long)
+    last = getattr(feed.session, "extend_last", None)
+    if last is not None and len(feed.ids) > PAD_WIDTH:
+        return last(ids)
+    return feed.session.extend(ids)[-1]
 
 
 def run_plan(plan: Plan) -> Any:

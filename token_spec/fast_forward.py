@@ -112,6 +112,10 @@ class FastLlama:
     True (always pad) or False (never).
     linears: per layer (qkv, o, gate_up, down) callables replacing the dense GEMMs (e.g.
     Q4_1 or int8 weights); head: a callable replacing the dense LM head GEMM.
+    wide_dense: passes wider than PAD_WIDTH (a draft's catch-up over a prompt) run dense
+    GEMMs in ``dtype`` instead of ``linears`` / ``head``: the int8 draft's GEMMs cost twice
+    the dense ones over hundreds of rows. Only with exact=False (the rows of a wide pass
+    then differ from a narrow pass's in the last bits).
     native: run the layer loop in C++ (``token_spec.native_layers``: fused row kernels
     between the GEMMs, each row computed alone, so row-invariant by construction; its
     attention reads each row's visible keys only, no mask or query padding). Its logits
@@ -124,7 +128,7 @@ class FastLlama:
     def __init__(self, hf_model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16, *,
                  exact: bool = True, pad_mode: str = "probe", pad_attention: bool | str = "probe",
                  attention: str = "eager", key_block: int = KEY_BLOCK, linears: list | None = None,
-                 head=None, native: bool | str = "auto") -> None:
+                 head=None, native: bool | str = "auto", wide_dense: bool = False) -> None:
         cfg = hf_model.config
         custom_head = head
         if getattr(cfg, "model_type", "llama") != "llama":
@@ -188,6 +192,18 @@ class FastLlama:
                 ))
             self.norm = m.norm.weight.detach().float().contiguous()  # norms scale in fp32
             self._head = Dense(self.lm_head, dtype) if custom_head is None else custom_head
+            self._wide = None  # (layers, head) of the passes wider than PAD_WIDTH, where they differ
+            if wide_dense and (linears is not None or custom_head is not None):
+                if exact:
+                    raise ValueError("wide_dense changes a wide pass's GEMMs: it needs exact=False")
+                wide = []
+                for (ln_in, _, _, ln_post, _, _), layer in zip(self.layers, m.layers):
+                    a, mlp = layer.self_attn, layer.mlp
+                    wide.append((ln_in, Dense(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), dtype),
+                                 Dense(a.o_proj.weight, dtype), ln_post,
+                                 Dense(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), dtype),
+                                 Dense(mlp.down_proj.weight, dtype)))
+                self._wide = (wide, Dense(self.lm_head, dtype))
         # RoPE tables as HF Llama builds them: angles in fp32, cos/sin cast to the dtype.
         inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
         self._inv_freq = inv_freq
@@ -313,6 +329,7 @@ class FastLlama:
         hd, nkv, g = self.head_dim, self.n_kv, self.group
         q_dim, kv_dim = self.n_heads * hd, nkv * hd
         x = F.embedding(rows, self.embed)  # [gw, H]
+        layers, head = self._wide if (self._wide is not None and n > pad) else (self.layers, self._head)
         tap = self.tap
         taps = tap.layers if tap is not None else ()
         tapped: list[torch.Tensor] = []
@@ -322,12 +339,12 @@ class FastLlama:
             lo = 0
             for hi in [li + 1 for li in taps] + [self.n_layers]:  # one call per segment, ending after a tapped layer
                 if hi > lo:
-                    x = self._run_layers(x, self.layers[lo:hi], cache.k[lo:hi], cache.v[lo:hi], cos, sin, start, n,
+                    x = self._run_layers(x, layers[lo:hi], cache.k[lo:hi], cache.v[lo:hi], cos, sin, start, n,
                                          self.n_heads, nkv, hd, self.eps, self.scale)
                 lo = hi
                 if len(tapped) < len(taps):
                     tapped.append(x)
-            return self._finish(cache, x, n, gw, end, start, logits_rows, tapped)
+            return self._finish(cache, x, n, gw, end, start, logits_rows, tapped, head)
         aw = max(gw, pad) if (n <= pad and self.attention_padded()) else gw
         pos = torch.arange(start, start + aw)
         # Keys visible to this pass: positions < kend, rounded up to KEY_BLOCK; row r sees
@@ -346,7 +363,7 @@ class FastLlama:
         cos_b, sin_b = cos[:, None, :], sin[:, None, :]  # broadcast over heads
         qk_dim = q_dim + kv_dim
         half = hd // 2
-        for li, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
+        for li, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(layers):
             h = self._rms(x, w_in)
             qkv = w_qkv(h)  # [gw, q+2kv]
             # RoPE on q and k heads at once (HF's rotate_half convention): t*cos + [-t2, t1]*sin,
@@ -381,10 +398,10 @@ class FastLlama:
             x = x + w_down(F.silu(gu[:, :inter]) * gu[:, inter:])
             if li in taps:
                 tapped.append(x)
-        return self._finish(cache, x, n, gw, end, start, logits_rows, tapped)
+        return self._finish(cache, x, n, gw, end, start, logits_rows, tapped, head)
 
     def _finish(self, cache: FastSession, x: torch.Tensor, n: int, gw: int, end: int, start: int,
-                logits_rows: int | None, tapped: list) -> torch.Tensor:
+                logits_rows: int | None, tapped: list, head) -> torch.Tensor:
         """The pass's end: taps record, the cache grows to ``end``, the LM head runs."""
         tap = self.tap
         if tap is not None:
@@ -392,9 +409,9 @@ class FastLlama:
         cache.length = end
         keep = n if logits_rows is None else max(1, min(int(logits_rows), n))
         if gw == n:  # unpadded (e.g. a prefill): the head runs on the kept rows only
-            logits = self._head(self._rms(x[n - keep : n], self.norm))
+            logits = head(self._rms(x[n - keep : n], self.norm))
         else:  # padded: the head (a GEMM) runs on all gw rows, so row i never depends on `keep`
-            logits = self._head(self._rms(x, self.norm))[n - keep : n]
+            logits = head(self._rms(x, self.norm))[n - keep : n]
         if self.head_ids is not None:  # subset head: full-width rows, -inf outside the subset
             full = logits.new_full((keep, self.vocab_size), float("-inf"), dtype=torch.float32)
             full[:, self.head_ids] = logits.float()

@@ -102,6 +102,13 @@ class FastSession:
         with torch.inference_mode():
             return self._lm.forward(self, ids)
 
+    def extend_last(self, ids: torch.Tensor | Sequence[int]) -> torch.Tensor:
+        """Like ``extend``, returning only the last row's logits [V] (the head runs on the
+        last row only where the pass is not padded)."""
+        ids = _ids(ids, self._lm.vocab_size)
+        with torch.inference_mode():
+            return self._lm.forward(self, ids, logits_rows=1)[0]
+
     def prefill(self, ids: torch.Tensor | Sequence[int]) -> None:
         """Like ``extend`` without returning logits (only the last row is computed)."""
         ids = _ids(ids, self._lm.vocab_size, allow_empty=True)

@@ -399,8 +399,116 @@ at::Tensor silu_mul(const at::Tensor& gu) {
     return out;
 }
 
+// ---- Q4 GEMM over nibble codes with bf16 dot products -------------------------------
+// y[m, n] = sum_g ( scale[g, n] * sum_i code[n, 32g+i] * x[m, 32g+i] + zero[g, n] * sum_i x[m, 32g+i] ),
+// codes 0..15 (exact in bf16), x bf16, products exact and sums in fp32, y rounded once to
+// bf16. Each row of x runs the same instructions in the same order whatever M is (the
+// weights of a block are unpacked once and then applied to every row), so a row's
+// result never depends on the other rows: row-invariant by construction, and the pass's
+// cost grows with M only by the dot products (no per-row unpacking).
+// Layout (``token_spec.q4_weights.pack_nibbles``): outputs in blocks of 64 (4 tiles of 16
+// lanes), inputs in groups of 32. codes [N/64][K/32][4][8][32] bytes: chunk q, byte
+// 2*lane + p holds the codes of output 16*tile + lane at inputs 32g + 4q + p (low
+// nibble) and 32g + 4q + 2 + p (high nibble). sz [N/64][K/32][2][64] fp16: the scales,
+// then the zeros, of the block's 64 outputs in group g.
+#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+constexpr bool HAS_Q4_MM = true;
+
+at::Tensor q4_mm(const at::Tensor& x_in, const at::Tensor& codes, const at::Tensor& sz, int64_t N) {
+    TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kBFloat16, "q4_mm: x must be bf16 [M, K]");
+    TORCH_CHECK(codes.scalar_type() == at::kByte && sz.scalar_type() == at::kHalf, "q4_mm: codes uint8, sz fp16");
+    const at::Tensor x = x_in.contiguous();
+    const int64_t M = x.size(0), K = x.size(1), G = K / 32, NB = N / 64;
+    TORCH_CHECK(K % 32 == 0 && N % 64 == 0, "q4_mm: K must be a multiple of 32 and N of 64");
+    TORCH_CHECK(codes.numel() == N * K / 2 && sz.numel() == NB * G * 128, "q4_mm: packed weights do not match x's K");
+    auto out = at::empty({M, N}, x.options());
+    if (M == 0) return out;
+    const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+    const uint8_t* cp = codes.data_ptr<uint8_t>();
+    const uint16_t* sp = reinterpret_cast<const uint16_t*>(sz.data_ptr<at::Half>());
+    uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+    // per row and group, the fp32 sum of its 32 inputs: one bf16 dot product with ones (16
+    // lanes of pair sums), then the lanes added in the intrinsic's fixed order
+    std::vector<float> sx(M * G);
+    const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80);
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t g = 0; g < G; ++g) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512(xp + m * K + 32 * g);
+            sx[m * G + g] = _mm512_reduce_add_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), xv, ones));
+        }
+    alignas(64) static const uint16_t bf16_of[32] = {  // the bf16 bits of 0..15
+        0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0,
+        0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170};
+    at::parallel_for(0, NB, 1, [&](int64_t b0, int64_t b1) {
+        const __m512i table = _mm512_load_si512(bf16_of);
+        const __m256i low4 = _mm256_set1_epi8(0x0F);
+        std::vector<__m512> acc(M * 4);
+        __m512bh w[4][16];
+        for (int64_t b = b0; b < b1; ++b) {
+            for (auto& a : acc) a = _mm512_setzero_ps();
+            for (int64_t g = 0; g < G; ++g) {
+                const uint8_t* c = cp + (b * G + g) * 1024;
+                // the weights stream from memory once per call: fetch a few blocks ahead
+                const char* ahead = reinterpret_cast<const char*>(c + 4 * 1024);
+                for (int l = 0; l < 1024; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+                const char* sz_ahead = reinterpret_cast<const char*>(sp + (b * G + g + 4) * 128);
+                for (int l = 0; l < 256; l += 64) _mm_prefetch(sz_ahead + l, _MM_HINT_T0);
+                for (int j = 0; j < 4; ++j)  // unpack the block's 64 x 32 codes once, as bf16 pairs
+                    for (int q = 0; q < 8; ++q) {
+                        __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + (j * 8 + q) * 32));
+                        __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                        w[j][2 * q] = (__m512bh)_mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(lo), table);
+                        w[j][2 * q + 1] = (__m512bh)_mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(hi), table);
+                    }
+                const uint16_t* s = sp + (b * G + g) * 128;
+                __m512 sc[4], zr[4];
+                for (int j = 0; j < 4; ++j) {
+                    sc[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 16 * j)));
+                    zr[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 64 + 16 * j)));
+                }
+                for (int64_t m = 0; m < M; ++m) {
+                    // w[j][2q] pairs inputs (4q, 4q+1) and w[j][2q+1] (4q+2, 4q+3): input pair t = x[2t], x[2t+1]
+                    const int32_t* xr = reinterpret_cast<const int32_t*>(xp + m * K + 32 * g);
+                    __m512 d[8];  // two chains per tile (even and odd pairs), summed in a fixed order
+                    for (int j = 0; j < 8; ++j) d[j] = _mm512_setzero_ps();
+                    for (int t = 0; t < 16; t += 2) {
+                        const __m512bh xa = (__m512bh)_mm512_set1_epi32(xr[t]);
+                        const __m512bh xb = (__m512bh)_mm512_set1_epi32(xr[t + 1]);
+                        for (int j = 0; j < 4; ++j) {
+                            d[j] = _mm512_dpbf16_ps(d[j], w[j][t], xa);
+                            d[4 + j] = _mm512_dpbf16_ps(d[4 + j], w[j][t + 1], xb);
+                        }
+                    }
+                    const __m512 sxg = _mm512_set1_ps(sx[m * G + g]);
+                    for (int j = 0; j < 4; ++j) {
+                        const __m512 dot = _mm512_add_ps(d[j], d[4 + j]);
+                        const __m512 part = _mm512_add_ps(_mm512_mul_ps(sc[j], dot), _mm512_mul_ps(zr[j], sxg));
+                        acc[m * 4 + j] = _mm512_add_ps(acc[m * 4 + j], part);
+                    }
+                }
+            }
+            for (int64_t m = 0; m < M; ++m)
+                for (int j = 0; j < 4; ++j)
+                    _mm256_storeu_si256(reinterpret_cast<__m256i*>(op + m * N + b * 64 + 16 * j),
+                                        (__m256i)_mm512_cvtneps_pbh(acc[m * 4 + j]));
+        }
+    });
+    return out;
+}
+#else
+constexpr bool HAS_Q4_MM = false;
+
+at::Tensor q4_mm(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t) {
+    TORCH_CHECK(false, "q4_mm needs AVX512-BF16 (this build's CPU has none): use the ATen int4 kernel");
+    return at::Tensor();
+}
+#endif
+
+bool has_q4_mm() { return HAS_Q4_MM; }
+
 // A layer GEMM. Where the Python object names its kernel (``native``: ("q4", packed,
-// scales_zeros) or ("int8", codes, scales)), the same ATen op its
+// scales_zeros), ("q4_mm", codes, sz, N) or ("int8", codes, scales)), the same op its
 // __call__ runs is called here with the same arguments, without a round trip through
 // Python; anything else (dense BLAS, oneDNN, a test's wrapper) is called back.
 static at::Tensor call(const py::handle& f, const at::Tensor& x) {
@@ -411,6 +519,7 @@ static at::Tensor call(const py::handle& f, const at::Tensor& x) {
         if (kind == "q4")
             return at::_weight_int4pack_mm_for_cpu(x, t[1].cast<at::Tensor>(), 32, t[2].cast<at::Tensor>());
         if (kind == "int8") return at::_weight_int8pack_mm(x, t[1].cast<at::Tensor>(), t[2].cast<at::Tensor>());
+        if (kind == "q4_mm") return q4_mm(x, t[1].cast<at::Tensor>(), t[2].cast<at::Tensor>(), t[3].cast<int64_t>());
     }
     return f(x).cast<at::Tensor>().contiguous();
 }
@@ -463,6 +572,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("rope_cache_", &rope_cache_, "RoPE in place on q, rotated k and v into the caches");
     m.def("attention_", &attention_, "causal attention of query rows over their visible cached keys");
     m.def("silu_mul", &silu_mul, "silu(gate) * up");
+    m.def("q4_mm", &q4_mm, "x @ W.T for nibble codes with per-group scales and zeros (bf16 dot products)");
+    m.def("has_q4_mm", &has_q4_mm, "whether q4_mm was built (AVX512-BF16)");
 }
 """
 

@@ -194,3 +194,48 @@ def test_hf_assisted_generation_accepts_the_draft(pair):
         plain = target.model.generate(ids, **kwargs)
         assisted = target.model.generate(ids, assistant_model=draft.hf_model, **kwargs)
     assert torch.equal(plain, assisted)
+
+
+@pytest.fixture(scope="module")
+def int8_draft(fast_target):
+    if fast_target.dtype != torch.bfloat16:
+        pytest.skip("the int8 draft runs with bf16 activations; this CPU has no native bf16")
+    from token_spec.draft_model import fast_draft
+
+    return fast_draft(load_draft(fast_target.model), torch.bfloat16)
+
+
+@pytest.mark.model
+def test_a_wide_catch_up_runs_the_dense_gemms_and_a_narrow_step_the_int8_ones(int8_draft, fast_target):
+    """Passes wider than PAD_WIDTH (a prompt's catch-up) run the dense bf16 GEMMs; their
+    last row agrees with the int8 forward's within the int8 rounding, and a narrow step
+    after them still runs the int8 GEMMs. Negative control: the all-int8 forward of the
+    same pass differs in its bits, so the test sees which GEMMs ran."""
+    from token_spec.exact_kernels import PAD_WIDTH
+    from token_spec.fast_forward import FastLlama
+
+    draft = int8_draft
+    assert draft._wide is not None
+    ids = fast_target.encode(SNIPPETS[0])[: 3 * PAD_WIDTH]
+    int8_only = FastLlama(draft.source, torch.bfloat16, exact=False, linears=[l[1:3] + l[4:6] for l in draft.layers],
+                          head=draft._head)
+    dense_only = FastLlama(draft.source, torch.bfloat16, exact=False)
+    wide = draft.start([]).extend_last(ids)
+    assert torch.equal(wide, dense_only.start([]).extend_last(ids))  # the dense GEMMs ran
+    assert not torch.equal(wide, int8_only.start([]).extend_last(ids))  # which differ from the int8 ones
+    assert torch.allclose(wide.softmax(-1), int8_only.start([]).extend_last(ids).softmax(-1), atol=0.05)
+    narrow = ids[:PAD_WIDTH]  # a narrow prompt and one step: the int8 GEMMs, bit for bit
+    assert torch.equal(draft.start(narrow[:-1]).extend(narrow[-1:]), int8_only.start(narrow[:-1]).extend(narrow[-1:]))
+    with pytest.raises(ValueError, match="wide_dense changes a wide pass's GEMMs: it needs exact=False"):
+        FastLlama(draft.source, torch.bfloat16, exact=True, linears=[l[1:3] + l[4:6] for l in draft.layers],
+                  wide_dense=True)
+
+
+@pytest.mark.model
+def test_extend_last_is_the_last_row_of_extend(int8_draft, fast_target):
+    ids = fast_target.encode(SNIPPETS[1])[:40]
+    a, b = int8_draft.start(ids[:5]), int8_draft.start(ids[:5])
+    last, full = a.extend_last(ids[5:]), b.extend(ids[5:])[-1]
+    assert last.shape == (49152,) and a.length == b.length == 40
+    assert torch.allclose(last, full, atol=1e-2, rtol=1e-2)
+    assert torch.equal(last.argmax(), full.argmax())

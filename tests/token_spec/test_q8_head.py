@@ -4,11 +4,14 @@
 4-bit halves in one int4 GEMM. Pinned here:
 
 * the split reconstructs every int8 code and stays in the 4-bit ranges;
-* the weight the GEMM computes with is the GGUF's ``d * q`` with ``d`` rounded to bf16,
-  bit for bit (read back through the kernel's fp32 variant on unit vectors), and the
-  bf16 head on unit vectors returns that weight rounded once to bf16, for every entry;
-* the Hugging Face fp32 embedding is the Q8_0 blocks dequantised, so the head differs
-  from it only by the bf16 rounding of the block scales;
+* the weight the GEMM computes with is the GGUF's ``d * q``, bit for bit: with the fp16
+  ``d`` itself on the compiled nibble GEMM, with ``d`` rounded to bf16 on torch's int4
+  kernel (read back through the kernel's fp32 variant on unit vectors); the bf16 head
+  on unit vectors returns that weight rounded once to bf16, for every entry; both
+  kernels are checked, the nibble GEMM where it is built;
+* the Hugging Face fp32 embedding is the Q8_0 blocks dequantised, so the nibble GEMM's
+  head is exactly it and torch's differs from it only by the bf16 rounding of the block
+  scales;
 * the head is row-invariant from the forward's probed width, and is part of the probe;
 * negative controls: a wrong split (halves swapped), a block scale off by one bf16 step,
   a mismatched embedding, and a head that switches kernels by row count are all caught.
@@ -20,9 +23,17 @@ import pytest
 import torch
 
 from token_spec.fast_forward import PAD_WIDTH, row_invariant_width
-from token_spec.q4_weights import GROUP, Q8Head, load_q8_head, read_q8_0, split_int8
+from token_spec.q4_weights import GROUP, Q8Head, load_q8_head, native_q4_mm, read_q8_0, split_int8
 
 pytestmark = pytest.mark.model
+
+
+@pytest.fixture(params=["aten", "native"])
+def kernel(request):
+    """Each 4-bit kernel the head can run on (the nibble GEMM where it is built)."""
+    if request.param == "native" and native_q4_mm() is None:
+        pytest.skip("the nibble GEMM is not built on this CPU (needs AVX512-BF16)")
+    return request.param
 
 # One unit vector per position inside a 32-input block, spread over the 18 blocks.
 _COLUMNS = [((5 * j) % 18) * GROUP + j for j in range(GROUP)]
@@ -65,11 +76,13 @@ def head_columns(q4_target):
 
 
 def _weight_mismatches(head: Q8Head, q: torch.Tensor, d: torch.Tensor, exact: torch.Tensor | None = None) -> int:
-    """Entries where ``head``'s weight differs from ``bf16(d) * q``: exactly on the
+    """Entries where ``head``'s weight differs from ``d * q`` (``bf16(d) * q`` on torch's
+    kernel): exactly on the
     ``_COLUMNS`` (fp32 read-back), and on every entry through the bf16 head on unit
     vectors, whose output is the exact weight rounded once to bf16. ``exact``: the
     head's ``dequantized(_COLUMNS)`` if already computed."""
-    want = _blockwise(q, d.to(torch.bfloat16).float())
+    scale = d if head.kernel == "native" else d.to(torch.bfloat16).float()  # the scale each kernel runs with
+    want = _blockwise(q, scale)
     exact = head.dequantized(_COLUMNS) if exact is None else exact
     bad = int((exact != want[:, _COLUMNS]).sum())
     eye = torch.eye(head.in_features, dtype=torch.bfloat16)
@@ -97,34 +110,40 @@ def test_head_computes_with_the_ggufs_q8_0_weights_exactly(q4_target, q8_blocks,
     assert _weight_mismatches(q4_target.fast._head, q, d, head_columns) == 0
 
 
-def test_hf_embedding_is_the_q8_0_blocks_and_the_head_differs_only_by_bf16_scales(q8_blocks, target,
+def test_hf_embedding_is_the_q8_0_blocks_and_the_head_differs_only_by_bf16_scales(q8_blocks, target, q4_target,
                                                                                   head_columns):
     q, d = q8_blocks
     emb = target.model.get_input_embeddings().weight.detach().float()
     assert torch.equal(emb, _blockwise(q, d))  # the fp32 weights everyone else uses
     got = head_columns
     ref = emb[:, _COLUMNS]
+    if q4_target.fast._head.kernel == "native":  # the GGUF's fp16 scales, exactly
+        assert torch.equal(got, ref)
+        return
     # bf16 keeps 8 significant bits: |d - bf16(d)| <= 2^-8 |d|, so |w - w_hf| <= 2^-8 |d q|
     bound = _blockwise(q.abs(), d.abs() * 2.0**-8)[:, _COLUMNS]
     assert bool(((got - ref).abs() <= bound).all())
     assert not torch.equal(got, ref)  # the bf16 rounding of the scales is real, not hidden
 
 
-def test_a_swapped_split_is_caught(q8_blocks):
+def test_a_swapped_split_is_caught(q8_blocks, kernel):
     q, d = (t[:2048] for t in q8_blocks)
     hi, lo = split_int8(q)
-    assert _weight_mismatches(Q8Head(hi, lo, d), q, d) == 0
+    assert _weight_mismatches(Q8Head(hi, lo, d, kernel=kernel), q, d) == 0
     # halves swapped: still in range for the constructor, but 16 (lo - 8) + (hi + 8) != q
-    assert _weight_mismatches(Q8Head(lo - 8, hi + 8, d), q, d) > 0
+    assert _weight_mismatches(Q8Head(lo - 8, hi + 8, d, kernel=kernel), q, d) > 0
 
 
-def test_one_block_scale_off_by_one_bf16_step_is_caught(q8_blocks):
+def test_one_block_scale_off_by_one_step_is_caught(q8_blocks, kernel):
     q, d = (t[:2048].clone() for t in q8_blocks)
     hi, lo = split_int8(q)
     wrong = d.clone()
-    wrong[7, 3] = float(d[7, 3].to(torch.bfloat16)) * (1 + 2.0**-7)  # the next bf16 value
+    # the next value in the precision the kernel keeps: fp16 (the GGUF's own) or bf16
+    precision = torch.float16 if kernel == "native" else torch.bfloat16
+    step = torch.tensor(float("inf"), dtype=precision)
+    wrong[7, 3] = float(torch.nextafter(d[7, 3].to(precision), step))
     assert int((q[7, 3 * GROUP : 4 * GROUP] != 0).sum()) > 0
-    assert _weight_mismatches(Q8Head(hi, lo, wrong), q, d) > 0
+    assert _weight_mismatches(Q8Head(hi, lo, wrong, kernel=kernel), q, d) > 0
 
 
 def test_head_rejects_bad_inputs():
