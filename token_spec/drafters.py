@@ -354,6 +354,9 @@ class GatedDrafter:
     guarantee holds (greedy: identity with vanilla). The gate's estimate carries over
     from request to request. Meant for a costly drafter (a draft model), alone or as a
     ``HybridDrafter``'s model: where the gate is shut, the hybrid proposes nothing.
+    A round where the gate was open and the drafter proposed nothing (its confidence or
+    its schedule stopped before the first token) counts as one rejected token: the
+    drafter's forward was paid for nothing, so such rounds shut the gate as rejections do.
     With ``caps=False`` the gate only opens or shuts a round and the drafter sets its
     length (a DSpark drafter, whose schedule weighs each position's own confidence).
     """
@@ -367,7 +370,7 @@ class GatedDrafter:
         if getattr(drafter, "vocab_size", None) is not None:
             self.vocab_size = int(drafter.vocab_size)
         self._pending: tuple[int, list[int]] | None = None  # (its position, tokens) of the last draft
-        self.rounds = {"drafted": 0, "skipped": 0}
+        self.rounds = {"drafted": 0, "idle": 0, "skipped": 0}
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._pending = None
@@ -404,6 +407,9 @@ class GatedDrafter:
         if draft.tokens.numel():
             self._pending = (len(ctx), draft.tokens.tolist())
             self.rounds["drafted"] += 1
+        else:  # the drafter ran (a draft step, its confidence) and proposed nothing: a cost, no yield
+            self.gate.update(1, 0)
+            self.rounds["idle"] += 1
         return draft
 
     def end(self, output_ids: Sequence[int]) -> None:

@@ -292,6 +292,39 @@ def test_feeds_wider_than_a_packed_pass_run_alone(tiny):
     assert [g.tokens.tolist() for g in got] == [w.tokens.tolist() for w in want]
 
 
+class _Recording:
+    """A draft session that records which call ran each feed."""
+
+    def __init__(self, last: bool) -> None:
+        self.calls: list[tuple[str, int]] = []
+        if last:
+            self.extend_last = lambda ids: self._run("extend_last", ids)[-1]
+
+    def _run(self, how: str, ids) -> torch.Tensor:
+        self.calls.append((how, len(ids)))
+        return torch.arange(float(len(ids) * 4)).view(len(ids), 4)
+
+    def extend(self, ids) -> torch.Tensor:
+        return self._run("extend", ids)
+
+
+def test_a_catch_up_wider_than_a_packed_pass_computes_only_its_last_logits_row():
+    """Feeds wider than PAD_WIDTH (never packed) go to the session's ``extend_last``
+    where it has one; narrower feeds, and sessions without it, run ``extend``. Either way
+    the plan gets the row after the last id."""
+    from token_spec.draft_steps import Feed, _extend
+    from token_spec.exact_kernels import PAD_WIDTH
+
+    session = _Recording(last=True)
+    wide, narrow = list(range(PAD_WIDTH + 1)), list(range(PAD_WIDTH))
+    assert torch.equal(_extend(Feed(session, wide)), torch.arange(4.0) + 4 * PAD_WIDTH)
+    assert torch.equal(_extend(Feed(session, narrow)), torch.arange(4.0) + 4 * (PAD_WIDTH - 1))
+    assert session.calls == [("extend_last", PAD_WIDTH + 1), ("extend", PAD_WIDTH)]
+    plain = _Recording(last=False)  # negative control: a session without extend_last still works
+    assert torch.equal(_extend(Feed(plain, wide)), torch.arange(4.0) + 4 * PAD_WIDTH)
+    assert plain.calls == [("extend", PAD_WIDTH + 1)]
+
+
 # ------------------------------------------------------------------ the real draft and target
 
 

@@ -144,9 +144,49 @@ def test_gated_drafter_skips_the_drafter_while_the_gate_is_shut():
     params = SamplingParams(temperature=0.0, max_tokens=40)
     d.begin(truth[:5])
     assert d.propose(truth[:10], 4, params, None).tokens.numel() == 0
-    assert inner.calls == 0 and d.rounds == {"drafted": 0, "skipped": 1}
+    assert inner.calls == 0 and d.rounds == {"drafted": 0, "idle": 0, "skipped": 1}
     with pytest.raises(TypeError, match="gate must have tokens"):
         GatedDrafter(inner, object())
+
+
+class Declining(Scripted):
+    """A drafter that runs (a forward, its confidence) and proposes nothing, as a DSpark
+    schedule or a confidence stop does on text the draft cannot predict."""
+
+    def propose(self, context, k, params, generator):
+        self.calls += 1
+        return Draft(tokens=torch.empty(0, dtype=torch.long))
+
+
+def test_an_open_round_that_proposes_nothing_counts_as_a_rejection():
+    truth = list(range(100, 140))
+    gate = Recorder(3)
+    d = GatedDrafter(Declining(truth), gate)
+    params = SamplingParams(temperature=0.0, max_tokens=40)
+    d.begin(truth[:5])
+    for n in (10, 11, 12):
+        assert d.propose(truth[:n], 4, params, None).tokens.numel() == 0
+    assert gate.updates == [(1, 0)] * 3
+    assert d.rounds == {"drafted": 0, "idle": 3, "skipped": 0}
+
+
+@pytest.mark.parametrize("declining, shuts", [(True, True), (False, False)],
+                         ids=["idle rounds shut the gate", "control: rounds that draft and are accepted keep it open"])
+def test_a_drafter_that_keeps_declining_is_shut_out(declining, shuts):
+    """The real gate, from its open prior: rounds where the drafter ran for nothing shut
+    it, so the drafter's forward stops being paid on every round."""
+    from token_spec.gamma import OPEN_PRIOR
+
+    truth = list(range(100, 400))
+    inner = Declining(truth) if declining else Scripted(truth)
+    d = GatedDrafter(inner, DraftGate(costs=Q4_LIKE, draft_cost=0.2, **OPEN_PRIOR), caps=False)
+    params = SamplingParams(temperature=0.0, max_tokens=300)
+    d.begin(truth[:5])
+    n = 10
+    for _ in range(40):
+        n += d.propose(truth[:n], 4, params, None).tokens.numel() + 1
+    assert (d.rounds["skipped"] > 20) is shuts
+    assert (inner.calls < 20) is shuts
 
 
 @pytest.mark.model
