@@ -11,7 +11,7 @@ import copy
 
 from .bench_engines import HFGenerate, Ours
 
-__all__ = ["OUR_DRAFTERS", "FEATURE_DRAFTERS", "KNOWN_DRAFTERS", "TARGET_CONFIGS", "HF_KINDS", "target_configs",
+__all__ = ["OUR_DRAFTERS", "FEATURE_DRAFTERS", "LOOKUP_HYBRIDS", "KNOWN_DRAFTERS", "TARGET_CONFIGS", "HF_KINDS", "target_configs",
            "load_config", "make_drafter", "build_methods"]
 
 OUR_DRAFTERS = ("ngram", "suffix", "draft", "ngram+draft", "suffix+draft")
@@ -19,7 +19,9 @@ OUR_DRAFTERS = ("ngram", "suffix", "draft", "ngram+draft", "suffix+draft")
 # verification over the draft model, and over the EAGLE-3 head, the DFlash-style block
 # drafter and its DFlash 2-style variant (path selector, two-tap convolutions)
 FEATURE_DRAFTERS = ("eagle3", "dspark", "dspark-eagle3", "dflash", "dflash2")
-KNOWN_DRAFTERS = OUR_DRAFTERS + FEATURE_DRAFTERS
+# prompt lookup where it matches, the feature drafter (behind its gate) elsewhere
+LOOKUP_HYBRIDS = ("ngram+eagle3", "ngram+dspark")
+KNOWN_DRAFTERS = OUR_DRAFTERS + FEATURE_DRAFTERS + LOOKUP_HYBRIDS
 TARGET_CONFIGS = ("bf16", "bf16-q4", "fp32")
 HF_KINDS = ("greedy", "prompt_lookup", "assisted")
 
@@ -85,8 +87,10 @@ def make_drafter(name: str, target, draft, args, gate=None, gate_tokens: int = 8
 
     lookup, plus, model = name.partition("+")
     if plus:
+        if lookup not in ("ngram", "suffix") or model not in ("draft", *FEATURE_DRAFTERS):
+            raise ValueError(f"unknown drafter {name!r}; choose from {list(KNOWN_DRAFTERS)}")
         return HybridDrafter(make_drafter(lookup, target, draft, args),
-                             make_drafter(model, target, draft, args, gate, args.hybrid_model_tokens),
+                             make_drafter(model, target, draft, args, gate, args.hybrid_model_tokens, schedule),
                              model_tokens=args.hybrid_model_tokens, name=name)
     if name == "ngram":
         return NgramDrafter()
@@ -178,8 +182,9 @@ def build_methods(args, params) -> tuple[dict, dict, object]:
                 most = int(g) if g else 8
                 drafter = make_drafter(name, target, draft_lm, args, gated, most, schedule=schedule_for(most))
                 pol = FixedGamma(most)
-            else:
-                drafter = make_drafter(name, target, draft_lm, args, gated)
+            else:  # a lookup hybrid's dspark drafts at most --hybrid-model-tokens, as its schedule allows
+                drafter = make_drafter(name, target, draft_lm, args, gated,
+                                       schedule=schedule_for(args.hybrid_model_tokens))
                 pol = policy(int(g) if g else None, target)
             dec = SpeculativeDecoder(target, drafter, gamma_policy=pol)
             methods[f"{cfg}:spec:{spec}"] = Ours(dec, params)

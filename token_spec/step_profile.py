@@ -49,6 +49,10 @@ AB_CONFIGS = ("bf16-q4", "bf16", "fp32")  # the exact (padded) ones: the contrac
 AB_CELLS = ("step", "pass8", "pass16", "prefill")
 LOOPS = {"old": "Python loop of ATen ops (FastLlama native=False)",
          "new": "C++ loop with the fused row kernels (FastLlama native=True)"}
+# --ab-of q4-kernel: the Q4_1 target's two 4-bit GEMMs, both in the compiled loop
+KERNELS = {"old": "torch's int4 kernel (TOKEN_SPEC_Q4_KERNEL=aten)",
+           "new": "the compiled nibble GEMM (TOKEN_SPEC_Q4_KERNEL=native)"}
+AB_OF = {"loop": LOOPS, "q4-kernel": KERNELS}
 # fused against ATen logits: max |difference| <= TOLERANCE * max |logit|, as
 # tests/token_spec/test_native_layers.py holds them
 TOLERANCE = {"bfloat16": 0.06, "float32": 1e-3}
@@ -63,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--context", type=int, default=512, help="cached tokens before a step or pass")
     p.add_argument("--configs", default=None,
                    help=f"comma list of {list(CONFIGS)} (--ab: of {list(AB_CONFIGS)}, default bf16-q4,bf16)")
-    p.add_argument("--ab", action="store_true", help="the old/new A/B of the layer loop")
+    p.add_argument("--ab", action="store_true", help="the old/new A/B of the layer loop (or of --ab-of)")
+    p.add_argument("--ab-of", choices=list(AB_OF), default="loop",
+                   help="--ab: what the two sides differ in: the layer loop, or the Q4_1 GEMM (bf16-q4 only)")
     p.add_argument("--samples", type=int, default=24, help="--ab: samples per cell and loop")
     p.add_argument("--prefill-samples", type=int, default=6, help="--ab: samples of the prefill cell")
     p.add_argument("--prefill", type=int, default=300, help="--ab: tokens of the prefill cell")
@@ -76,11 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         return render_file_main(f"{PROG} --render", "Render the docs' table of a step_profile --ab file.",
                                 "a JSON file written by step_profile --ab --out", render_ab, [args.render])
     if args.ab:
-        names = _names(args.configs or "bf16-q4,bf16", AB_CONFIGS)
+        if args.ab_of == "q4-kernel":
+            names = _names(args.configs or "bf16-q4", ("bf16-q4",))
+        else:
+            names = _names(args.configs or "bf16-q4,bf16", AB_CONFIGS)
         if min(args.samples, args.prefill_samples, args.context, args.prefill) < 1:
             raise SystemExit("--samples, --prefill-samples, --context and --prefill must be at least 1")
         report = run_ab(names, samples=args.samples, prefill_samples=args.prefill_samples,
-                        context=args.context, prefill=args.prefill, threads=args.threads,
+                        context=args.context, prefill=args.prefill, threads=args.threads, of=args.ab_of,
                         command=shlex.join([*PROG.split(), *argv]))
         print(render_ab(report))
         if args.out:
@@ -99,14 +108,34 @@ def _names(text: str, allowed: tuple[str, ...]) -> list[str]:
     return names
 
 
-def _load(name: str):
+def _load(name: str, q4_kernel: str | None = None):
+    """The target of configuration ``name``; ``q4_kernel`` ("aten" / "native"): its Q4_1
+    GEMMs on that kernel (``TOKEN_SPEC_Q4_KERNEL`` while it loads)."""
     import torch
 
     from .target import load_target
 
     kw = dict(CONFIGS[name])
     kw["dtype"] = getattr(torch, kw["dtype"])
-    return load_target(**kw)
+    if q4_kernel is None:
+        return load_target(**kw)
+    before = os.environ.get("TOKEN_SPEC_Q4_KERNEL")
+    os.environ["TOKEN_SPEC_Q4_KERNEL"] = q4_kernel
+    try:
+        return load_target(**kw)
+    finally:
+        if before is None:
+            del os.environ["TOKEN_SPEC_Q4_KERNEL"]
+        else:
+            os.environ["TOKEN_SPEC_Q4_KERNEL"] = before
+
+
+def _twins(name: str, of: str) -> dict:
+    """The A/B's two forwards of configuration ``name``: "old" and "new" (see ``AB_OF``)."""
+    if of == "q4-kernel":
+        return {"old": _load(name, "aten").fast, "new": _load(name, "native").fast}
+    lm = _load(name).fast
+    return {loop: loop_twin(lm, loop == "new") for loop in ("old", "new")}
 
 
 # -- the time split -----------------------------------------------------------------------
@@ -210,7 +239,7 @@ def check_loops(logits: dict, dtype_name: str) -> dict:
         c = logits[loop]
         if not (torch.equal(c["step"], c["pass8"][:1]) and torch.equal(c["step"], c["pass16"][:1])
                 and torch.equal(c["pass8"], c["pass16"][:8])):
-            raise ValueError(f"the {loop} loop ({LOOPS[loop]}) is not row-invariant: the one-token step "
+            raise ValueError(f"the {loop} side is not row-invariant: the one-token step "
                              "and the 8- and 16-token passes disagree on a shared row")
     a = torch.cat([logits["old"][c] for c in AB_CELLS])
     b = torch.cat([logits["new"][c] for c in AB_CELLS])
@@ -227,7 +256,7 @@ def _summary(samples_ms: list[float]) -> dict:
 
 
 def run_ab(names: list[str], *, samples: int, prefill_samples: int, context: int, prefill: int,
-           threads: int, command: str) -> dict:
+           threads: int, command: str, of: str = "loop") -> dict:
     """Measure the A/B (see the module docstring); the results file's dict."""
     import torch
 
@@ -237,11 +266,10 @@ def run_ab(names: list[str], *, samples: int, prefill_samples: int, context: int
     load_start = os.getloadavg()[0]
     report = {"command": command, "date": date.today().isoformat(), "machine": describe(),
               "threads": threads, "samples": samples, "prefill_samples": prefill_samples,
-              "context": context, "prefill_tokens": prefill, "loops": dict(LOOPS), "configs": {}}
+              "context": context, "prefill_tokens": prefill, "ab_of": of, "loops": dict(AB_OF[of]), "configs": {}}
     runs = {}
     for name in names:
-        lm = _load(name).fast
-        cells = {loop: _cells(loop_twin(lm, loop == "new"), context, prefill) for loop in ("old", "new")}
+        cells = {loop: _cells(twin, context, prefill) for loop, twin in _twins(name, of).items()}
         first = {loop: {c: cell.run()[1] for c, cell in cs.items()} for loop, cs in cells.items()}  # untimed
         checks = check_loops(first, CONFIGS[name]["dtype"])
         runs[name] = (cells, first)
