@@ -100,6 +100,10 @@ DRAFTERS = {
     "eagle3": (_eagle3, lambda: FixedGamma(4)),
     "dspark": (lambda t: _dspark(_fast_draft(t)), lambda: FixedGamma(5)),
     "dspark-eagle3": (lambda t: _dspark(_eagle3(t)), lambda: FixedGamma(5)),
+    # prompt lookup in front of a feature drafter (bench names ngram+eagle3, ngram+dspark)
+    "ngram+eagle3": (lambda t: HybridDrafter(NgramDrafter(), _eagle3(t), model_tokens=3), lambda: FixedGamma(6)),
+    "ngram+dspark": (lambda t: HybridDrafter(NgramDrafter(), _dspark(_fast_draft(t)), model_tokens=4),
+                     lambda: FixedGamma(6)),
     # one block pass per round drafts up to 8 tokens; dflash2 drafts its selector's best path
     "dflash": (_dflash, lambda: FixedGamma(8)),
     "dflash2": (lambda t: _dflash(t, "dflash2"), lambda: FixedGamma(8)),
@@ -128,7 +132,8 @@ def references(exact_target):
 # in CI they decode every third prompt, which still spans every domain of the set; the block
 # drafters every ninth (12 prompts; the set cycles through 10 kinds of prompt, so a stride
 # of 9 visits every kind)
-EVERY = {"eagle3": 3, "dspark": 3, "dspark-eagle3": 3, "dflash": 9, "dflash2": 9}
+EVERY = {"eagle3": 3, "dspark": 3, "dspark-eagle3": 3, "ngram+eagle3": 3, "ngram+dspark": 3, "dflash": 9,
+         "dflash2": 9}
 
 
 @pytest.mark.parametrize("name", list(DRAFTERS))

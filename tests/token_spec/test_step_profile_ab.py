@@ -43,6 +43,26 @@ def test_ab_run_writes_samples_checks_and_how_it_was_measured(tmp_path, capsys):
     assert render_ab(report) in printed and f"wrote {out}" in printed
 
 
+@pytest.mark.model
+def test_the_kernel_ab_holds_the_two_q4_gemms_and_says_so(tmp_path):
+    from token_spec.q4_weights import native_q4_mm
+
+    if native_q4_mm() is None:
+        pytest.skip("the nibble GEMM needs AVX512-BF16")
+    out = tmp_path / "kernels.json"
+    assert main(["--ab", "--ab-of", "q4-kernel", "--samples", "1", "--prefill-samples", "1", "--context", "32",
+                 "--prefill", "20", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["ab_of"] == "q4-kernel" and report["loops"] == step_profile.KERNELS
+    assert list(report["configs"]) == ["bf16-q4"]
+    checks = report["configs"]["bf16-q4"]["checks"]
+    # two kernels, one model: close, not bitwise (the control that both sides really ran)
+    assert 0 < checks["max_abs_diff"] <= checks["tolerance"] * checks["max_abs_logit"]
+    assert "TOKEN_SPEC_Q4_KERNEL=aten" in render_ab(report)
+    with pytest.raises(SystemExit, match="unknown configuration"):
+        main(["--ab", "--ab-of", "q4-kernel", "--configs", "bf16"])
+
+
 # -- the checks, on small stand-in logits -------------------------------------------------
 def _logits(shift: float = 0.0) -> dict:
     rows = torch.linspace(-3, 3, 16 * 5).reshape(16, 5) + shift
@@ -58,7 +78,7 @@ def test_checks_pass_for_row_invariant_loops_within_the_tolerance():
 def test_checks_refuse_a_loop_whose_step_and_pass_differ_by_one_ulp():
     new = _logits()
     new["pass8"][0, 2] = torch.nextafter(new["pass8"][0, 2], torch.tensor(9.0))
-    with pytest.raises(ValueError, match="new loop .* is not row-invariant"):
+    with pytest.raises(ValueError, match="new side is not row-invariant"):
         check_loops({"old": _logits(), "new": new}, "bfloat16")
 
 
