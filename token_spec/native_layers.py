@@ -33,6 +33,12 @@ and norms only: they attend to nothing and write no cache. ``run_layers_packed``
 same loop for the server's packed pass (``token_spec.packed``): several sequences share
 the GEMMs, and each row attends over its own sequence's cache.
 
+``q4_mm`` is the Q4_1 path's GEMM where the CPU has AVX512-BF16 (``has_q4_mm``): 4-bit
+codes with per-group scales and zeros, each block unpacked once for all the rows of a
+call and applied with bf16 dot products, each row in the same order whatever the row
+count (``token_spec.q4_weights``; the layer loop calls it directly for a linear whose
+``native`` is ``("q4_mm", codes, sz, N)``).
+
 The extension is compiled on first use with ``torch.utils.cpp_extension.load_inline``
 (g++ and ninja, ``-O3 -march=native``; ~1-2 min on this project's 2 cores, then cached
 under ``~/.cache/torch_extensions`` under a name that hashes the source, the flags, the

@@ -29,8 +29,9 @@ Two kernels run these codes. Where the compiled extension builds with AVX512-BF1
 GGUF's fp16 ``d`` and ``m`` as they are (``W = d * q + m`` per group, with bf16 dot
 products of the codes, exact in bf16, and the activations), unpacks each block of
 weights once for all the rows of a call, and computes each row alone, so it is
-row-invariant by construction and a pass over 8 rows costs about 2.4 one-row passes
-where torch's int4 kernel, which unpacks per row, costs about 3.2. Elsewhere, or with
+row-invariant by construction and a pass over 8 rows costs about 2.6 one-row passes
+where torch's int4 kernel, which unpacks per row, costs about 3.3 (``python -m
+token_spec.step_profile --ab --ab-of q4-kernel``, 512 cached tokens). Elsewhere, or with
 ``TOKEN_SPEC_Q4_KERNEL=aten``, torch's int4 kernel runs as described above. The two
 compute the same weights up to that bf16 rounding of the block constants, so their
 logits differ slightly; within one process every pass runs the same kernel.

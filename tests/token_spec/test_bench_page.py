@@ -16,7 +16,8 @@ PAGE = ROOT / "docs" / "token-tier-benchmark.md"
 FILES = pytest.mark.parametrize("name", ["token_bench_1thread.json", "token_bench_gates_q4.json",
                                          "token_bench_control_q4.json",
                                          "token_bench_control_q4_before_shortcut.json",
-                                         "token_bench_control_q4_rotation.json"])
+                                         "token_bench_control_q4_rotation.json",
+                                         "token_bench_q4_nibble.json", "token_bench_q4_hybrids.json"])
 
 
 @FILES

@@ -1,5 +1,6 @@
-"""The benchmark page's fused-kernels A/B table is exactly what ``step_profile --render``
-prints for the committed results file (the figures are never typed by hand)."""
+"""The benchmark page's A/B tables (the fused kernels, the Q4_1 GEMMs) are exactly what
+``step_profile --render`` prints for the committed results files (the figures are never
+typed by hand)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,22 @@ import pytest
 from token_spec.step_profile import render_ab
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "docs" / "results" / "fused_ab.json"
 PAGE = ROOT / "docs" / "token-tier-benchmark.md"
+FILES = pytest.mark.parametrize("name", ["fused_ab.json", "q4_kernel_ab.json"])
 
 
-def test_the_page_shows_the_rendered_results_file():
-    assert render_ab(json.loads(DATA.read_text())) in PAGE.read_text()
+def _data(name: str) -> dict:
+    return json.loads((ROOT / "docs" / "results" / name).read_text())
 
 
-def test_negative_control_a_results_file_from_another_run_is_not_the_page():
-    report = json.loads(DATA.read_text())
+@FILES
+def test_the_page_shows_the_rendered_results_file(name):
+    assert render_ab(_data(name)) in PAGE.read_text()
+
+
+@FILES
+def test_negative_control_a_results_file_from_another_run_is_not_the_page(name):
+    report = _data(name)
     other = copy.deepcopy(report)
     other["load_average"] = [x + 3.0 for x in other["load_average"]] if isinstance(
         other.get("load_average"), list) else other.get("load_average")
@@ -30,8 +37,9 @@ def test_negative_control_a_results_file_from_another_run_is_not_the_page():
     assert render_ab(other) not in PAGE.read_text()
 
 
-def test_negative_control_an_inconsistent_results_file_is_refused():
-    report = json.loads(DATA.read_text())
+@FILES
+def test_negative_control_an_inconsistent_results_file_is_refused(name):
+    report = _data(name)
     name, config = next(iter(report["configs"].items()))
     samples = _first_sample_list(config)
     samples[:] = [x * 1.5 for x in samples]
