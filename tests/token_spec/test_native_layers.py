@@ -77,7 +77,17 @@ def test_native_loop_is_close_to_the_aten_loop(lean):
     # bf16 roundings in another order, carried through 30 layers: small against the logits' range
     tol = 1e-3 if lean.dtype == torch.float32 else 0.06
     assert (a - b).abs().max().item() <= tol * a.abs().max().item()
-    assert (a.argmax(-1) == b.argmax(-1)).float().mean().item() >= 0.95
+    if lean.dtype == torch.float32:
+        assert (a.argmax(-1) == b.argmax(-1)).float().mean().item() >= 0.95
+        return
+    # bf16: these inputs (arbitrary token ids) leave many near-ties, where either loop's
+    # roundings flip the argmax; so each loop is held against the fp32 forward of the same
+    # weights instead: the fused loop is no further from it than the ATen loop
+    ref = torch.cat(_passes(FastLlama(lean.source, torch.float32)))
+    err = {k: (x - ref).abs().mean().item() for k, x in (("aten", a), ("native", b))}
+    agree = {k: (x.argmax(-1) == ref.argmax(-1)).float().mean().item() for k, x in (("aten", a), ("native", b))}
+    assert err["native"] <= 1.1 * err["aten"], err
+    assert agree["native"] >= agree["aten"] - 0.03 and agree["native"] >= 0.9, agree
 
 
 def test_a_one_value_change_in_the_native_loop_is_caught(lean, native_module, monkeypatch):
