@@ -96,6 +96,14 @@ class ModelShape:
                    rope_theta=float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))))
 
 
+def _dense_linears(layer: torch.nn.Module, dtype: torch.dtype) -> tuple:
+    """A decoder layer's (qkv, o, gate_up, down) dense GEMMs in ``dtype`` (q, k, v and
+    gate, up fused)."""
+    a, mlp = layer.self_attn, layer.mlp
+    return (Dense(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), dtype), Dense(a.o_proj.weight, dtype),
+            Dense(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), dtype), Dense(mlp.down_proj.weight, dtype))
+
+
 class FastLlama:
     """The decode/verify forward of a ``LlamaForCausalLM`` (tied embeddings), re-laid.
 
@@ -178,14 +186,8 @@ class FastLlama:
                 self.lm_head = head.weight.detach().to(dtype).contiguous()
             self.layers = []
             for i, layer in enumerate(m.layers):
-                a, mlp = layer.self_attn, layer.mlp
-                if linears is not None:  # e.g. Q4_1 GEMMs (token_spec.q4_weights)
-                    qkv, o, gu, down = linears[i]
-                else:
-                    qkv = Dense(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), dtype)
-                    o = Dense(a.o_proj.weight, dtype)
-                    gu = Dense(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), dtype)
-                    down = Dense(mlp.down_proj.weight, dtype)
+                # custom linears: e.g. Q4_1 GEMMs (token_spec.q4_weights)
+                qkv, o, gu, down = linears[i] if linears is not None else _dense_linears(layer, dtype)
                 self.layers.append((
                     layer.input_layernorm.weight.detach().float().contiguous(), qkv, o,
                     layer.post_attention_layernorm.weight.detach().float().contiguous(), gu, down,
@@ -198,11 +200,8 @@ class FastLlama:
                     raise ValueError("wide_dense changes a wide pass's GEMMs: it needs exact=False")
                 wide = []
                 for (ln_in, _, _, ln_post, _, _), layer in zip(self.layers, m.layers):
-                    a, mlp = layer.self_attn, layer.mlp
-                    wide.append((ln_in, Dense(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), dtype),
-                                 Dense(a.o_proj.weight, dtype), ln_post,
-                                 Dense(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), dtype),
-                                 Dense(mlp.down_proj.weight, dtype)))
+                    qkv, o, gu, down = _dense_linears(layer, dtype)
+                    wide.append((ln_in, qkv, o, ln_post, gu, down))
                 self._wide = (wide, Dense(self.lm_head, dtype))
         # RoPE tables as HF Llama builds them: angles in fp32, cos/sin cast to the dtype.
         inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))

@@ -53,7 +53,8 @@ import torch
 if TYPE_CHECKING:
     from gguf import GGUFReader
 
-__all__ = ["Q4Linear", "Q8Head", "native_q4_mm", "pack_nibbles", "read_q4_1", "read_q8_0", "split_int8", "load_q4_layers", "load_q8_head", "GROUP"]
+__all__ = ["Q4Linear", "Q8Head", "native_q4_mm", "pack_nibbles", "read_q4_1", "read_q8_0", "split_int8",
+           "load_q4_layers", "load_q8_head", "GROUP"]
 
 GROUP = 32  # Q4_1 block size (inputs per scale/min pair)
 _BLOCK_BYTES = 20  # fp16 d, fp16 m, 16 bytes of nibbles
@@ -307,7 +308,8 @@ def _gguf_tensors(gguf: str | Path | GGUFReader) -> dict:
     return {t.name: t for t in reader.tensors}
 
 
-def load_q4_layers(gguf_path: str | Path | GGUFReader, hf_model: torch.nn.Module) -> list[tuple[Q4Linear, ...]]:
+def load_q4_layers(gguf_path: str | Path | GGUFReader, hf_model: torch.nn.Module, *,
+                   kernel: str = "auto") -> list[tuple[Q4Linear, ...]]:
     """Per decoder layer: (qkv, o, gate_up, down) as ``Q4Linear`` (q, k, v and gate, up fused).
     ``gguf_path``: the GGUF's path or an open ``gguf.GGUFReader``."""
     tensors = _gguf_tensors(gguf_path)
@@ -322,16 +324,16 @@ def load_q4_layers(gguf_path: str | Path | GGUFReader, hf_model: torch.nn.Module
             return _match_rows(*read_q4_1(t), weight, t.name)
 
         def fused(*parts):
-            return Q4Linear(*(torch.cat([p[j] for p in parts]) for j in range(3)))
+            return Q4Linear(*(torch.cat([p[j] for p in parts]) for j in range(3)), kernel=kernel)
 
         q, k, v = get("attn_q", a.q_proj.weight), get("attn_k", a.k_proj.weight), get("attn_v", a.v_proj.weight)
         gate, up = get("ffn_gate", mlp.gate_proj.weight), get("ffn_up", mlp.up_proj.weight)
-        layers.append((fused(q, k, v), Q4Linear(*get("attn_output", a.o_proj.weight)), fused(gate, up),
-                       Q4Linear(*get("ffn_down", mlp.down_proj.weight))))
+        layers.append((fused(q, k, v), Q4Linear(*get("attn_output", a.o_proj.weight), kernel=kernel), fused(gate, up),
+                       Q4Linear(*get("ffn_down", mlp.down_proj.weight), kernel=kernel)))
     return layers
 
 
-def load_q8_head(gguf_path: str | Path | GGUFReader, hf_model: torch.nn.Module) -> Q8Head:
+def load_q8_head(gguf_path: str | Path | GGUFReader, hf_model: torch.nn.Module, *, kernel: str = "auto") -> Q8Head:
     """The LM head as a ``Q8Head`` over the GGUF's Q8_0 ``token_embd.weight``
     (``gguf_path``: the GGUF's path or an open ``gguf.GGUFReader``).
 
@@ -347,4 +349,4 @@ def load_q8_head(gguf_path: str | Path | GGUFReader, hf_model: torch.nn.Module) 
     deq = (q.float().view(q.shape[0], -1, GROUP) * d[..., None]).reshape(q.shape)
     if deq.shape != emb.shape or not torch.equal(deq, emb.detach().float()):
         raise ValueError("GGUF tensor token_embd.weight does not dequantise to the loaded embedding")
-    return Q8Head(*split_int8(q), d)
+    return Q8Head(*split_int8(q), d, kernel=kernel)

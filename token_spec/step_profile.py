@@ -110,24 +110,16 @@ def _names(text: str, allowed: tuple[str, ...]) -> list[str]:
 
 def _load(name: str, q4_kernel: str | None = None):
     """The target of configuration ``name``; ``q4_kernel`` ("aten" / "native"): its Q4_1
-    GEMMs on that kernel (``TOKEN_SPEC_Q4_KERNEL`` while it loads)."""
+    GEMMs on that kernel (``load_target(q4_kernel=...)``)."""
     import torch
 
     from .target import load_target
 
     kw = dict(CONFIGS[name])
     kw["dtype"] = getattr(torch, kw["dtype"])
-    if q4_kernel is None:
-        return load_target(**kw)
-    before = os.environ.get("TOKEN_SPEC_Q4_KERNEL")
-    os.environ["TOKEN_SPEC_Q4_KERNEL"] = q4_kernel
-    try:
-        return load_target(**kw)
-    finally:
-        if before is None:
-            del os.environ["TOKEN_SPEC_Q4_KERNEL"]
-        else:
-            os.environ["TOKEN_SPEC_Q4_KERNEL"] = before
+    if q4_kernel is not None:
+        kw["q4_kernel"] = q4_kernel
+    return load_target(**kw)
 
 
 def _twins(name: str, of: str) -> dict:

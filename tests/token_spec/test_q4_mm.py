@@ -82,14 +82,6 @@ def test_swapped_nibbles_are_caught(q4_mm):
     assert not torch.equal(q4_mm(eye, swapped.to(torch.uint8), sz, 192).t(), want)
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 def test_every_row_is_the_row_computed_alone(q4_mm, threads):
     codes, scale, zero = _weights(960, 576, seed=4)
     packed, sz = pack_nibbles(codes, scale, zero)

@@ -183,14 +183,6 @@ def test_loader_checks_the_embedding_against_the_gguf(gguf, q8_blocks):
         load_q8_head(gguf, _Model(emb, tied=False))
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 def test_head_is_row_invariant_from_the_probed_width(q4_target, threads):
     head = q4_target.fast._head
     width = q4_target.fast.gemm_width()
