@@ -31,8 +31,11 @@ is *stuck* (a command outstanding, nothing read from it for ``freeze_seconds``) 
 killed; every lane on it fails (its turn goes on without speculation) and the worker
 is replaced as leases need. So is one still busy for a turn that has ended when that
 turn was its only one (its other turns would otherwise lose nothing by waiting out
-the command's slice). A worker whose last lane is released goes back to the
-idle workers; one that has served ``max_turns`` lanes is retired.
+the command's slice), and one whose last lane leaves while a command of an ended turn
+is still outstanding: no lane is left to read that command's reply, so its measured
+lag would only grow and no lease would ever take it again. A worker whose last lane
+is released goes back to the idle workers; one that has served ``max_turns`` lanes is
+retired.
 
 Every lease names its *owner* (a runtime: ``lease(owner=runtime.id)``). Lanes keep
 turns apart inside a genuine worker; a *compromised* one (an escape from the shadow
@@ -282,7 +285,7 @@ class ShadowPool:
                 self._leased.discard(worker)
                 if worker.doomed:
                     worker.sock.close()
-                elif (self._closed or not worker.alive or worker.unsent_ends
+                elif (self._closed or not worker.alive or worker.unsent_ends or worker.waiting
                         or worker.turns >= self.limits.max_turns):
                     self._discard(worker)
                 else:

@@ -25,14 +25,19 @@ async def spec_turn(tools, namespace, first: str, rest: str, shadow: str,
                     second: anyio.Event | None = None):
     """A spec turn: ``first`` (one statement) streams, the stream waits until the shadow
     has run it, then ``rest`` streams. ``second`` is set once the shadow has run a
-    second statement. Returns the result."""
+    second statement. Returns the result; fails at once, instead of waiting out the
+    deadline, when no shadow worker takes the turn."""
     ran = anyio.Event()
+    unavailable: list = []
 
     def on_event(event):
         if event.kind == "shadow_statement":
             ran.set()
             if second is not None and event.data.get("n", 0) >= 2:
                 second.set()
+        elif event.kind == "shadow_unavailable":   # no shadow will run ``first``: go on
+            unavailable.append(event)
+            ran.set()
 
     async def stream():
         yield "Here.\n```repl\n" + first
@@ -42,7 +47,9 @@ async def spec_turn(tools, namespace, first: str, rest: str, shadow: str,
     rt = spectool.Runtime(tools, mode="spec", shadow=shadow, namespace=namespace,
                           on_event=on_event)
     with anyio.fail_after(60):
-        return await rt.run(stream())
+        result = await rt.run(stream())
+    assert not unavailable, "no shadow worker took the turn, so it shows nothing of the shadow"
+    return result
 
 
 async def baseline_turn(tools, namespace, source: str):

@@ -395,6 +395,39 @@ def test_a_full_pool_refuses_a_lease_and_turns_per_worker_bound_the_lanes(monkey
         pool.shutdown()
 
 
+def _lease_after_both_turns_end(monkeypatch, ended_mid_command: bool) -> tuple[bool, bool]:
+    """Two turns share a one-worker pool; the first ends (mid-command or not), then the
+    second: does a lease 5 s later get a lane, and is it on the same worker?"""
+    monkeypatch.setattr(shadow_pool.WorkerProcess, "load", lambda self, now: 0.0)
+    pool = ShadowPool(1)
+    try:
+        first, second = pool.lease(), pool.lease()
+        assert first.worker is second.worker
+        if ended_mid_command:
+            first.expect_reply()         # its command went out; its reply is not read
+        pool.release(first, reusable=True, outstanding=ended_mid_command, excuse=3)
+        pool.release(second, reusable=True)
+        real = shadow_pool._clock
+        monkeypatch.setattr(shadow_pool, "_clock", lambda: real() + 5.0)
+        lane = pool.lease()
+        return lane is not None, lane is not None and lane.worker is first.worker
+    finally:
+        pool.shutdown()
+
+
+def test_a_worker_left_with_an_ended_turns_command_is_replaced_not_refused_forever(
+        monkeypatch):
+    # nobody is left to read that command's reply: kept, its lag would only grow and
+    # every later lease would be refused
+    got, same = _lease_after_both_turns_end(monkeypatch, ended_mid_command=True)
+    assert got and not same
+
+
+def test_negative_control_a_worker_whose_turns_ended_cleanly_is_reused(monkeypatch):
+    got, same = _lease_after_both_turns_end(monkeypatch, ended_mid_command=False)
+    assert got and same
+
+
 def test_the_worker_load_is_read_from_proc():
     pool = ShadowPool(1)
     try:
