@@ -116,10 +116,6 @@ class Cell:
 
 
 
-
-
-
-
 def run_bench(args) -> dict:
     import torch
     from tqdm import tqdm
