@@ -127,7 +127,8 @@ def run_bench(args) -> dict:
     domains = [d for d in args.domains.split(",") if d]
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens,
                             seed=None if args.temperature == 0 else args.seed)
-    methods, reference, tok_target = build_methods(args, params)
+    pass_costs: dict[str, list[float]] = {}
+    methods, reference, tok_target = build_methods(args, params, pass_costs_out=pass_costs)
     use_llama = args.llamacpp == "auto" and llamacpp_available()
     prompts = {d: prompts_for(d)[: args.prompts or None] for d in domains}
     n_methods = len(methods) + (2 if use_llama else 0)
@@ -219,11 +220,13 @@ def run_bench(args) -> dict:
             "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
             "llama_cpp": _llama_version() if use_llama else None,
             "q4_kernel": _q4_kernel() if "bf16-q4" in target_configs(args.targets) else None,
+            # per target configuration, the verify-pass costs its gates and schedules used
+            # (relative to a one-token step, widths 1, 2, ...), where any were measured
+            "pass_costs": {cfg: [round(c, 3) for c in cs] for cfg, cs in pass_costs.items()},
         },
         "rows": rows,
         "runs": runs,
     }
-
 
 
 def _q4_kernel() -> str:

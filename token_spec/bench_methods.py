@@ -106,8 +106,11 @@ def make_drafter(name: str, target, draft, args, gate=None, gate_tokens: int = 8
     raise ValueError(f"unknown drafter {name!r}; choose from {list(KNOWN_DRAFTERS)}")
 
 
-def build_methods(args, params) -> tuple[dict, dict, object]:
-    """name -> callable(ids) -> Request, name -> identity reference name, a tokenizer-bearing target."""
+def build_methods(args, params, pass_costs_out: dict | None = None) -> tuple[dict, dict, object]:
+    """name -> callable(ids) -> Request, name -> identity reference name, a tokenizer-bearing target.
+
+    pass_costs_out: filled with target configuration -> the verify-pass costs (relative to
+    a one-token step, widths 1..) measured for its gates and schedules, where any were."""
     import torch
 
     from .draft_model import fast_draft, load_draft
@@ -162,8 +165,10 @@ def build_methods(args, params) -> tuple[dict, dict, object]:
     drafters = [d for d in args.drafters.split(",") if d]
     hf_dtypes: dict[str, object] = {}
     first = None
+    loaded = {}
     for cfg in target_configs(args.targets):
         target = load_config(cfg)
+        loaded[cfg] = target
         first = first or target
         draft_hf = None
         if (any(n in ("draft", "dspark") for d in drafters for n in d.partition(":")[0].split("+"))
@@ -211,4 +216,6 @@ def build_methods(args, params) -> tuple[dict, dict, object]:
                 assistant = copy.deepcopy(assistant).to(torch.bfloat16)  # HF wants one dtype
             methods[f"hf-{dt}:{kind}"] = HFGenerate(target.model, kind, args, target.eos_ids, assistant)
             reference[f"hf-{dt}:{kind}"] = f"hf-{dt}:greedy" if "greedy" in args.hf_methods else None
+    if pass_costs_out is not None:
+        pass_costs_out.update({cfg: list(costs[id(t)]) for cfg, t in loaded.items() if id(t) in costs})
     return methods, reference, first

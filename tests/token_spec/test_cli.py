@@ -75,9 +75,23 @@ def test_the_control_is_a_second_vanilla_measured_against_vanilla(target, tmp_pa
     assert control["speedup"] == pytest.approx(control["tokens_per_s"] / vanilla["tokens_per_s"])
 
 
-def test_without_the_flag_there_is_no_control(target, tmp_path):
+def test_a_cost_aware_run_records_the_pass_costs_its_gates_used(target, tmp_path, monkeypatch):
+    import token_spec.gamma as gamma
+
+    used = (1.0, 1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0, 3.25, 3.5, 3.75, 4.0, 4.25, 4.5)
+    monkeypatch.setattr(gamma, "measure_pass_costs", lambda target, **kw: used)  # what the gates get
+    out = tmp_path / "bench"
+    assert main(["bench", "--out", str(out), "--max-tokens", "2", "--repeats", "1", "--domains", "code",
+                 "--prompts", "1", "--drafters", "ngram", "--targets", "fp32", "--hf", "none",
+                 "--llamacpp", "off", "--threads", "1", "--cost-aware"]) == 0
+    assert json.loads((out / "bench.json").read_text())["environment"]["pass_costs"] == {"fp32": list(used)}
+
+
+def test_without_the_flags_there_is_no_control_and_no_pass_costs(target, tmp_path):
     out = tmp_path / "bench"
     assert main(["bench", "--out", str(out), "--max-tokens", "4", "--repeats", "1", "--domains", "code",
                  "--prompts", "1", "--drafters", "ngram", "--targets", "fp32", "--hf", "none",
                  "--llamacpp", "off", "--threads", "1"]) == 0
-    assert not any("control" in r["method"] for r in json.loads((out / "bench.json").read_text())["rows"])
+    result = json.loads((out / "bench.json").read_text())
+    assert not any("control" in r["method"] for r in result["rows"])
+    assert result["environment"]["pass_costs"] == {}   # no gate, no schedule: nothing measured
