@@ -37,6 +37,16 @@ def fast_target():
     return _load()
 
 
+@pytest.fixture(scope="session")
+def q4_target(fast_target):
+    """The Q4_1 target: the GGUF's own 4-bit weights (and Q8_0 head) on the lean forward,
+    loaded once per session; the tests read it and never change it. Skips where the CPU
+    has no native bf16 (the Q4_1 path runs with bf16 activations)."""
+    if fast_target.dtype != torch.bfloat16:
+        pytest.skip("the Q4_1 path runs with bf16 activations; this CPU has no native bf16")
+    return _load(weights="q4")
+
+
 @pytest.fixture(scope="module")
 def native_module():
     """The compiled layer loop (``token_spec.native_layers``); fails the test where it

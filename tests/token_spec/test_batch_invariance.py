@@ -221,15 +221,6 @@ def test_bad_arguments_raise_clear_errors(fast_target):
 # ------------------------------------------------------------------ Q4_1 weights (int4 GEMM)
 
 
-@pytest.fixture(scope="module")
-def q4_target(fast_target):
-    if fast_target.dtype != torch.bfloat16:
-        pytest.skip("the Q4_1 path runs with bf16 activations; this CPU has no native bf16")
-    from token_spec.target import load_target
-
-    return load_target(weights="q4")
-
-
 def test_q4_weights_are_the_ggufs_blocks(q4_target, target):
     """The int4 GEMM computes with d*q + m per 32-input block (d, m rounded to bf16)."""
     qkv = q4_target.fast.layers[3][1]

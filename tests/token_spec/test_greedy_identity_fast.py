@@ -14,7 +14,6 @@ schedule varies the verified length per round. Short outputs keep it affordable;
 from __future__ import annotations
 
 import pytest
-import torch
 
 from token_spec.drafters import HybridDrafter, ModelDrafter, NgramDrafter, SuffixDrafter
 from token_spec.engine import SpeculativeDecoder, VanillaDecoder
@@ -112,13 +111,7 @@ DRAFTERS = {
 
 @pytest.fixture(scope="module", params=["bf16", "bf16-q4"])
 def exact_target(request, fast_target):
-    if request.param == "bf16":
-        return fast_target
-    if fast_target.dtype != torch.bfloat16:
-        pytest.skip("the Q4_1 path runs with bf16 activations; this CPU has no native bf16")
-    from token_spec.target import load_target
-
-    return load_target(weights="q4")
+    return fast_target if request.param == "bf16" else request.getfixturevalue("q4_target")
 
 
 @pytest.fixture(scope="module")

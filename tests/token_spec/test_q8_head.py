@@ -55,15 +55,6 @@ def q8_blocks(gguf):
     return read_q8_0(tensor)
 
 
-@pytest.fixture(scope="module")
-def q4_target(fast_target):
-    if fast_target.dtype != torch.bfloat16:
-        pytest.skip("the Q4_1 path runs with bf16 activations; this CPU has no native bf16")
-    from token_spec.target import load_target
-
-    return load_target(weights="q4")
-
-
 def _blockwise(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     """w = d * q per 32-input block, in fp32 (exact: |q| < 2^8, d has at most 11 bits)."""
     return (q.float().view(q.shape[0], -1, GROUP) * d[..., None]).reshape(q.shape)
