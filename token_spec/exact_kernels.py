@@ -1,9 +1,10 @@
 """The kernels of the exact forward (``token_spec.fast_forward``) and the probes that
 measure, once per thread count, from how many rows each of them is row-invariant.
 
-* ``Dense``: a GEMM ``y = x @ W.T`` (BLAS or oneDNN's inner product), and
-  ``row_invariant_width``: the fewest rows from which a GEMM gives every row bit for bit
-  as a ``PAD_WIDTH``-row call does.
+* ``Dense``: a GEMM ``y = x @ W.T`` (in bf16 the compiled ``bf16_mm`` where it builds,
+  else BLAS; in fp32 oneDNN's inner product or BLAS), and ``row_invariant_width``: the
+  fewest rows from which a GEMM gives every row bit for bit as a ``PAD_WIDTH``-row call
+  does.
 * ``attend``: the masked attention of one pass, and ``attention_row_invariant``: whether
   its batched matmuls give the same rows at every query width.
 * ``supports_bf16`` / ``default_dtype``: the compute dtype the CPU runs natively.
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["PAD_WIDTH", "KEY_BLOCK", "supports_bf16", "default_dtype", "onednn_linear_available", "Dense", "attend",
-           "attention_row_invariant", "row_invariant_width"]
+           "attention_row_invariant", "row_invariant_width", "native_bf16_mm", "pack_bf16"]
 
 PAD_WIDTH = 16  # widest exact pass; padded attention runs at this many query rows
 KEY_BLOCK = 64  # key length of a pass is rounded up to a multiple of this (masked tail)
@@ -60,29 +61,92 @@ def onednn_linear_available() -> bool:
         return False
 
 
+def native_bf16_mm():
+    """The compiled bf16 GEMM (``token_spec.native_layers``' ``bf16_mm``: bf16 dot
+    products over weights laid out in the order it reads them, row-invariant by
+    construction) where it built (AVX512-BF16) and ``TOKEN_SPEC_BF16_KERNEL`` is not
+    "blas"; else None."""
+    import os
+
+    choice = os.environ.get("TOKEN_SPEC_BF16_KERNEL", "auto")
+    if choice not in ("auto", "blas", "native"):
+        raise ValueError(f"TOKEN_SPEC_BF16_KERNEL must be auto, blas or native, got {choice!r}")
+    if choice == "blas":
+        return None
+    from . import native_layers
+
+    module = native_layers.load()
+    if module is None or not module.has_q4_mm():  # built together: both need AVX512-BF16
+        if choice == "native":
+            raise RuntimeError("TOKEN_SPEC_BF16_KERNEL=native, but the bf16 GEMM is not built here "
+                               f"({native_layers.build_error() or 'the CPU has no AVX512-BF16'})")
+        return None
+    return module.bf16_mm
+
+
+def pack_bf16(weight: torch.Tensor) -> torch.Tensor:
+    """A bf16 weight [N, K] (N % 64 == 0, K % 32 == 0) in ``bf16_mm``'s layout: blocks of 64
+    outputs by 32 inputs; in a block, input pairs in quads, then tiles of 16 outputs, then
+    the pair, then the 16 lanes' pairs (see the kernel's comment), flat."""
+    if weight.dim() != 2 or weight.shape[0] % 64 or weight.shape[1] % 32:
+        raise ValueError(f"pack_bf16 needs a weight [out, in] with out % 64 == 0 and in % 32 == 0, "
+                         f"got {list(weight.shape)}")
+    n, k = weight.shape
+    w = weight.detach().to(torch.bfloat16)
+    # [block b, tile j, lane, group g, quad tq, pair c, p] -> [b, g, tq, j, c, lane, p]
+    return w.reshape(n // 64, 4, 16, k // 32, 4, 4, 2).permute(0, 3, 4, 1, 5, 2, 6).contiguous().view(-1)
+
+
 class Dense:
     """``y = x @ W.T`` with a dense weight in the compute dtype.
 
-    kernel: "blas" (``F.linear``), "onednn" (oneDNN's inner product), or "auto" = oneDNN
-    for fp32 where available, else BLAS. Why: in fp32 MKL's GEMM takes its 1-row (GEMV)
-    and small-M paths below 4 rows, so the exact path pads every short pass to 4 rows;
-    oneDNN's fp32 inner product is measured row-invariant from 2 rows here (and costs
-    less at 2 rows than MKL at 4), which cuts an fp32 step from ~59 to ~41 ms at 1 thread.
-    In bf16 both are row-invariant from 2 rows at the same speed, so BLAS stays."""
+    kernel: "blas" (``F.linear``), "onednn" (oneDNN's inner product), "native" (the
+    compiled ``bf16_mm``, bf16 only), or "auto" = in bf16 the compiled GEMM where it builds
+    and the shape fits (out % 64 == 0, in % 32 == 0; ``TOKEN_SPEC_BF16_KERNEL=blas`` keeps
+    BLAS), else BLAS; in fp32 oneDNN where available, else BLAS. Why: in fp32 MKL's GEMM
+    takes its 1-row (GEMV) and small-M paths below 4 rows, so the exact path pads every
+    short pass to 4 rows; oneDNN's fp32 inner product is measured row-invariant from 2 rows
+    here (and costs less at 2 rows than MKL at 4), which cuts an fp32 step from ~59 to ~41
+    ms at 1 thread. In bf16 BLAS is row-invariant from 2 rows but reads a one-row GEMV's
+    weights at about a third of the streaming bandwidth; the compiled GEMM is
+    row-invariant from 1 row and reads them sequentially. It runs calls of up to
+    ``PAD_WIDTH`` rows (every step and verify pass, whose rows the exactness contract
+    covers); a wider call (a prompt's prefill, computed the same way with or without
+    speculation) runs BLAS, whose blocking over many rows is faster there (a 300-token
+    prefill: 462 ms on BLAS, 703 ms on the compiled GEMM, 1 thread)."""
 
     def __init__(self, weight: torch.Tensor, dtype: torch.dtype, kernel: str = "auto") -> None:
-        if kernel not in ("auto", "blas", "onednn"):
-            raise ValueError(f"kernel must be 'auto', 'blas' or 'onednn', got {kernel!r}")
+        if kernel not in ("auto", "blas", "onednn", "native"):
+            raise ValueError(f"kernel must be 'auto', 'blas', 'onednn' or 'native', got {kernel!r}")
         self.weight = weight.detach().to(dtype).contiguous()
-        self.in_features = int(self.weight.shape[1])
-        if kernel == "auto":
+        self.out_features, self.in_features = int(self.weight.shape[0]), int(self.weight.shape[1])
+        fits = self.out_features % 64 == 0 and self.in_features % 32 == 0
+        self._mm = None
+        if kernel == "native":
+            if dtype != torch.bfloat16 or not fits:
+                raise ValueError("the compiled bf16 GEMM needs a bf16 weight with out_features % 64 == 0 and "
+                                 f"in_features % 32 == 0, got {dtype} {list(self.weight.shape)}")
+            self._mm = native_bf16_mm()
+            if self._mm is None:
+                raise RuntimeError("kernel='native', but the compiled bf16 GEMM is not available here")
+        elif kernel == "auto" and dtype == torch.bfloat16 and fits:
+            self._mm = native_bf16_mm()
+        if self._mm is not None:
+            kernel = "native"
+            self.packed = pack_bf16(self.weight)
+        elif kernel == "auto":
             kernel = "onednn" if dtype == torch.float32 and onednn_linear_available() else "blas"
         self.kernel = kernel
-        # called back from the C++ layer loop: at::linear issued from C++ was measured not to
-        # give F.linear's bf16 rows bit for bit (tests/token_spec/test_native_layers.py)
-        self.native = None
+        # the compiled GEMM is called from the C++ layer loop directly; the others are called
+        # back: at::linear issued from C++ was measured not to give F.linear's bf16 rows bit
+        # for bit (tests/token_spec/test_native_layers.py)
+        self.native = ("bf16_mm", self.packed, self.out_features, PAD_WIDTH) if self._mm is not None else None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self._mm is not None:
+            flat = x.reshape(-1, self.in_features)
+            if flat.shape[0] <= PAD_WIDTH:
+                return self._mm(flat, self.packed, self.out_features).view(*x.shape[:-1], self.out_features)
         if self.kernel == "onednn":
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, None, "none", [], "")
         return F.linear(x, self.weight)

@@ -96,12 +96,13 @@ class ModelShape:
                    rope_theta=float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))))
 
 
-def _dense_linears(layer: torch.nn.Module, dtype: torch.dtype) -> tuple:
+def _dense_linears(layer: torch.nn.Module, dtype: torch.dtype, kernel: str = "auto") -> tuple:
     """A decoder layer's (qkv, o, gate_up, down) dense GEMMs in ``dtype`` (q, k, v and
-    gate, up fused)."""
+    gate, up fused), on ``Dense``'s ``kernel``."""
     a, mlp = layer.self_attn, layer.mlp
-    return (Dense(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), dtype), Dense(a.o_proj.weight, dtype),
-            Dense(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), dtype), Dense(mlp.down_proj.weight, dtype))
+    weights = (torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), a.o_proj.weight,
+               torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), mlp.down_proj.weight)
+    return tuple(Dense(w, dtype, kernel) for w in weights)
 
 
 class FastLlama:
@@ -124,6 +125,8 @@ class FastLlama:
     GEMMs in ``dtype`` instead of ``linears`` / ``head``: the int8 draft's GEMMs cost twice
     the dense ones over hundreds of rows. Only with exact=False (the rows of a wide pass
     then differ from a narrow pass's in the last bits).
+    dense_kernel: ``Dense``'s kernel for the dense GEMMs and LM head ("auto": in bf16 the
+    compiled ``bf16_mm`` where it builds, else BLAS; "blas", "onednn", "native").
     native: run the layer loop in C++ (``token_spec.native_layers``: fused row kernels
     between the GEMMs, each row computed alone, so row-invariant by construction; its
     attention reads each row's visible keys only, no mask or query padding). Its logits
@@ -136,7 +139,8 @@ class FastLlama:
     def __init__(self, hf_model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16, *,
                  exact: bool = True, pad_mode: str = "probe", pad_attention: bool | str = "probe",
                  attention: str = "eager", key_block: int = KEY_BLOCK, linears: list | None = None,
-                 head=None, native: bool | str = "auto", wide_dense: bool = False) -> None:
+                 head=None, native: bool | str = "auto", wide_dense: bool = False,
+                 dense_kernel: str = "auto") -> None:
         cfg = hf_model.config
         custom_head = head
         if getattr(cfg, "model_type", "llama") != "llama":
@@ -187,22 +191,22 @@ class FastLlama:
             self.layers = []
             for i, layer in enumerate(m.layers):
                 # custom linears: e.g. Q4_1 GEMMs (token_spec.q4_weights)
-                qkv, o, gu, down = linears[i] if linears is not None else _dense_linears(layer, dtype)
+                qkv, o, gu, down = linears[i] if linears is not None else _dense_linears(layer, dtype, dense_kernel)
                 self.layers.append((
                     layer.input_layernorm.weight.detach().float().contiguous(), qkv, o,
                     layer.post_attention_layernorm.weight.detach().float().contiguous(), gu, down,
                 ))
             self.norm = m.norm.weight.detach().float().contiguous()  # norms scale in fp32
-            self._head = Dense(self.lm_head, dtype) if custom_head is None else custom_head
+            self._head = Dense(self.lm_head, dtype, dense_kernel) if custom_head is None else custom_head
             self._wide = None  # (layers, head) of the passes wider than PAD_WIDTH, where they differ
             if wide_dense and (linears is not None or custom_head is not None):
                 if exact:
                     raise ValueError("wide_dense changes a wide pass's GEMMs: it needs exact=False")
                 wide = []
                 for (ln_in, _, _, ln_post, _, _), layer in zip(self.layers, m.layers):
-                    qkv, o, gu, down = _dense_linears(layer, dtype)
+                    qkv, o, gu, down = _dense_linears(layer, dtype, dense_kernel)
                     wide.append((ln_in, qkv, o, ln_post, gu, down))
-                self._wide = (wide, Dense(self.lm_head, dtype))
+                self._wide = (wide, Dense(self.lm_head, dtype, dense_kernel))
         # RoPE tables as HF Llama builds them: angles in fp32, cos/sin cast to the dtype.
         inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
         self._inv_freq = inv_freq

@@ -502,8 +502,71 @@ at::Tensor q4_mm(const at::Tensor& x_in, const at::Tensor& codes, const at::Tens
     });
     return out;
 }
+
+// ---- bf16 GEMM with bf16 dot products ----------------------------------------------
+// y[m, n] = sum_k w[n, k] * x[m, k], bf16 in, each pair of products summed in fp32 by
+// vdpbf16ps, y rounded once to bf16. Four chains per tile of 16 outputs (the input pairs
+// t % 4), summed in one fixed order at the end; every row runs the same instructions in
+// the same order whatever M is, so a row's result never depends on the other rows
+// (row-invariant by construction). The weights are laid out in the order the loop reads
+// them, so one row streams them from memory sequentially (a one-row call reads the
+// weights at about the machine's streaming bandwidth: 2-3x ATen's bf16 GEMV here).
+// Layout (``token_spec.exact_kernels.pack_bf16``): w [N/64][K/32][4][4][4][32] bf16: block
+// b, group g, pair quad tq, tile j, pair c holds at 2*lane + p w[64b + 16j + lane, 32g + 2(4tq + c) + p].
+at::Tensor bf16_mm(const at::Tensor& x_in, const at::Tensor& w, int64_t N) {
+    TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kBFloat16, "bf16_mm: x must be bf16 [M, K]");
+    TORCH_CHECK(w.scalar_type() == at::kBFloat16 && w.is_contiguous(), "bf16_mm: packed weights must be bf16");
+    const at::Tensor x = x_in.contiguous();
+    const int64_t M = x.size(0), K = x.size(1), G = K / 32, NB = N / 64;
+    TORCH_CHECK(K % 32 == 0 && N % 64 == 0, "bf16_mm: K must be a multiple of 32 and N of 64");
+    TORCH_CHECK(w.numel() == N * K, "bf16_mm: packed weights do not match x's K");
+    auto out = at::empty({M, N}, x.options());
+    if (M == 0) return out;
+    const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+    const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
+    uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+    // rows outer, inputs inner: a row's 16 accumulators stay in registers over the whole
+    // block (the block's weights stream from memory for the first row, from cache after)
+    at::parallel_for(0, NB, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b)
+            for (int64_t m = 0; m < M; ++m) {
+                __m512 a[16];  // [tile j][chain c]
+                for (auto& v : a) v = _mm512_setzero_ps();
+                const int32_t* xr0 = reinterpret_cast<const int32_t*>(xp + m * K);
+                for (int64_t g = 0; g < G; ++g) {
+                    const uint16_t* blk = wp + (b * G + g) * 2048;  // 16 pairs x 4 tiles x 32 bf16
+                    const int32_t* xr = xr0 + 16 * g;
+                    for (int t = 0; t < 16; t += 4) {
+                        const __m512bh x0 = (__m512bh)_mm512_set1_epi32(xr[t]);
+                        const __m512bh x1 = (__m512bh)_mm512_set1_epi32(xr[t + 1]);
+                        const __m512bh x2 = (__m512bh)_mm512_set1_epi32(xr[t + 2]);
+                        const __m512bh x3 = (__m512bh)_mm512_set1_epi32(xr[t + 3]);
+                        for (int j = 0; j < 4; ++j) {
+                            const uint16_t* wj = blk + 128 * (t + j);  // pairs t..t+3 of tile j, in the order read
+                            a[4 * j] = _mm512_dpbf16_ps(a[4 * j], (__m512bh)_mm512_loadu_si512(wj), x0);
+                            a[4 * j + 1] = _mm512_dpbf16_ps(a[4 * j + 1], (__m512bh)_mm512_loadu_si512(wj + 32), x1);
+                            a[4 * j + 2] = _mm512_dpbf16_ps(a[4 * j + 2], (__m512bh)_mm512_loadu_si512(wj + 64), x2);
+                            a[4 * j + 3] = _mm512_dpbf16_ps(a[4 * j + 3], (__m512bh)_mm512_loadu_si512(wj + 96), x3);
+                        }
+                    }
+                }
+                for (int j = 0; j < 4; ++j) {
+                    const __m512 y = _mm512_add_ps(_mm512_add_ps(a[4 * j], a[4 * j + 1]),
+                                                   _mm512_add_ps(a[4 * j + 2], a[4 * j + 3]));
+                    _mm256_storeu_si256(reinterpret_cast<__m256i*>(op + m * N + b * 64 + 16 * j),
+                                        (__m256i)_mm512_cvtneps_pbh(y));
+                }
+            }
+    });
+    return out;
+}
 #else
 constexpr bool HAS_Q4_MM = false;
+
+at::Tensor bf16_mm(const at::Tensor&, const at::Tensor&, int64_t) {
+    TORCH_CHECK(false, "bf16_mm needs AVX512-BF16 (this build's CPU has none): use the BLAS GEMM");
+    return at::Tensor();
+}
 
 at::Tensor q4_mm(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t) {
     TORCH_CHECK(false, "q4_mm needs AVX512-BF16 (this build's CPU has none): use the ATen int4 kernel");
@@ -514,7 +577,8 @@ at::Tensor q4_mm(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_
 bool has_q4_mm() { return HAS_Q4_MM; }
 
 // A layer GEMM. Where the Python object names its kernel (``native``: ("q4", packed,
-// scales_zeros), ("q4_mm", codes, sz, N) or ("int8", codes, scales)), the same op its
+// scales_zeros), ("q4_mm", codes, sz, N), ("bf16_mm", packed, N, most rows) or ("int8",
+// codes, scales)), the same op its
 // __call__ runs is called here with the same arguments, without a round trip through
 // Python; anything else (dense BLAS, oneDNN, a test's wrapper) is called back.
 static at::Tensor call(const py::handle& f, const at::Tensor& x) {
@@ -526,6 +590,9 @@ static at::Tensor call(const py::handle& f, const at::Tensor& x) {
             return at::_weight_int4pack_mm_for_cpu(x, t[1].cast<at::Tensor>(), 32, t[2].cast<at::Tensor>());
         if (kind == "int8") return at::_weight_int8pack_mm(x, t[1].cast<at::Tensor>(), t[2].cast<at::Tensor>());
         if (kind == "q4_mm") return q4_mm(x, t[1].cast<at::Tensor>(), t[2].cast<at::Tensor>(), t[3].cast<int64_t>());
+        // up to its row limit (wider calls, a prompt's prefill, go back to Python's BLAS call)
+        if (kind == "bf16_mm" && x.size(0) <= t[3].cast<int64_t>())
+            return bf16_mm(x, t[1].cast<at::Tensor>(), t[2].cast<int64_t>());
     }
     return f(x).cast<at::Tensor>().contiguous();
 }
@@ -579,6 +646,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("attention_", &attention_, "causal attention of query rows over their visible cached keys");
     m.def("silu_mul", &silu_mul, "silu(gate) * up");
     m.def("q4_mm", &q4_mm, "x @ W.T for nibble codes with per-group scales and zeros (bf16 dot products)");
+    m.def("bf16_mm", &bf16_mm, "x @ W.T for tiled bf16 weights (bf16 dot products, row-invariant)");
     m.def("has_q4_mm", &has_q4_mm, "whether q4_mm was built (AVX512-BF16)");
 }
 """

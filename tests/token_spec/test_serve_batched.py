@@ -107,7 +107,8 @@ def test_packed_pass_gives_bit_identical_logits_to_one_token_passes(targets, con
 def test_negative_control_the_unpadded_forward_is_caught_by_the_bitwise_comparison(fast_target):
     from token_spec.fast_forward import FastLlama
 
-    loose = FastLlama(fast_target.model, fast_target.dtype, exact=False)
+    # on BLAS's GEMMs (the compiled bf16 GEMM is row-invariant from one row, unpadded too)
+    loose = FastLlama(fast_target.model, fast_target.dtype, exact=False, dense_kernel="blas")
     alone, packed = _logits_alone_and_packed(fast_target, loose)
     assert not torch.equal(alone, packed)
 

@@ -43,24 +43,33 @@ def test_ab_run_writes_samples_checks_and_how_it_was_measured(tmp_path, capsys):
     assert render_ab(report) in printed and f"wrote {out}" in printed
 
 
+KERNEL_ABS = {  # --ab-of: (its configuration, its sides, what its old side says, a configuration it refuses)
+    "q4-kernel": ("bf16-q4", step_profile.KERNELS, "TOKEN_SPEC_Q4_KERNEL=aten", "bf16"),
+    "bf16-kernel": ("bf16", step_profile.BF16_KERNELS, "TOKEN_SPEC_BF16_KERNEL=blas", "bf16-q4"),
+}
+
+
 @pytest.mark.model
-def test_the_kernel_ab_holds_the_two_q4_gemms_and_says_so(tmp_path):
+@pytest.mark.parametrize("of", list(KERNEL_ABS))
+def test_the_kernel_ab_holds_the_two_gemms_and_says_so(tmp_path, of):
+    from token_spec.exact_kernels import native_bf16_mm
     from token_spec.q4_weights import native_q4_mm
 
-    if native_q4_mm() is None:
-        pytest.skip("the nibble GEMM needs AVX512-BF16")
+    if (native_q4_mm if of == "q4-kernel" else native_bf16_mm)() is None:
+        pytest.skip("the compiled GEMMs need AVX512-BF16")
+    config, sides, old_side, refused = KERNEL_ABS[of]
     out = tmp_path / "kernels.json"
-    assert main(["--ab", "--ab-of", "q4-kernel", "--samples", "1", "--prefill-samples", "1", "--context", "32",
+    assert main(["--ab", "--ab-of", of, "--samples", "1", "--prefill-samples", "1", "--context", "32",
                  "--prefill", "20", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert report["ab_of"] == "q4-kernel" and report["loops"] == step_profile.KERNELS
-    assert list(report["configs"]) == ["bf16-q4"]
-    checks = report["configs"]["bf16-q4"]["checks"]
+    assert report["ab_of"] == of and report["loops"] == sides
+    assert list(report["configs"]) == [config]
+    checks = report["configs"][config]["checks"]
     # two kernels, one model: close, not bitwise (the control that both sides really ran)
     assert 0 < checks["max_abs_diff"] <= checks["tolerance"] * checks["max_abs_logit"]
-    assert "TOKEN_SPEC_Q4_KERNEL=aten" in render_ab(report)
+    assert old_side in render_ab(report)
     with pytest.raises(SystemExit, match="unknown configuration"):
-        main(["--ab", "--ab-of", "q4-kernel", "--configs", "bf16"])
+        main(["--ab", "--ab-of", of, "--configs", refused])
 
 
 # -- the checks, on small stand-in logits -------------------------------------------------
