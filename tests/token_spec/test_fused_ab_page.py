@@ -1,4 +1,4 @@
-"""The benchmark page's A/B tables (the fused kernels, the Q4_1 GEMMs) are exactly what
+"""The benchmark page's A/B tables (the fused kernels, the Q4_1 GEMMs, the bf16 GEMMs) are exactly what
 ``step_profile --render`` prints for the committed results files (the figures are never
 typed by hand)."""
 
@@ -14,7 +14,7 @@ from token_spec.step_profile import render_ab
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "token-tier-benchmark.md"
-FILES = pytest.mark.parametrize("name", ["fused_ab.json", "q4_kernel_ab.json"])
+FILES = pytest.mark.parametrize("name", ["fused_ab.json", "q4_kernel_ab.json", "bf16_kernel_ab.json"])
 
 
 def _data(name: str) -> dict:

@@ -81,13 +81,18 @@ def test_native_loop_is_close_to_the_aten_loop(lean):
         assert (a.argmax(-1) == b.argmax(-1)).float().mean().item() >= 0.95
         return
     # bf16: these inputs (arbitrary token ids) leave many near-ties, where either loop's
-    # roundings flip the argmax; so each loop is held against the fp32 forward of the same
-    # weights instead: the fused loop is no further from it than the ATen loop
+    # roundings flip the argmax (a third of the rows lead by under 0.25); so each loop is
+    # held against the fp32 forward of the same weights instead: the fused loop's mean
+    # error is no larger than the ATen loop's (within 10 %), and where fp32's top token
+    # leads by more than 0.5 (several times the loops' mean error, about 0.1) both pick it
     ref = torch.cat(_passes(FastLlama(lean.source, torch.float32)))
     err = {k: (x - ref).abs().mean().item() for k, x in (("aten", a), ("native", b))}
-    agree = {k: (x.argmax(-1) == ref.argmax(-1)).float().mean().item() for k, x in (("aten", a), ("native", b))}
     assert err["native"] <= 1.1 * err["aten"], err
-    assert agree["native"] >= agree["aten"] - 0.03 and agree["native"] >= 0.9, agree
+    top2 = ref.topk(2, dim=-1).values
+    clear = (top2[:, 0] - top2[:, 1]) > 0.5
+    assert int(clear.sum()) >= 20, "too few clear rows for the comparison to mean anything"
+    for k, x in (("aten", a), ("native", b)):
+        assert torch.equal(x.argmax(-1)[clear], ref.argmax(-1)[clear]), k
 
 
 def test_a_one_value_change_in_the_native_loop_is_caught(lean, native_module, monkeypatch):
