@@ -18,7 +18,8 @@ FILES = pytest.mark.parametrize("name", ["token_bench_1thread.json", "token_benc
                                          "token_bench_control_q4_before_shortcut.json",
                                          "token_bench_control_q4_rotation.json",
                                          "token_bench_q4_nibble.json", "token_bench_q4_hybrids.json",
-                                         "token_bench_bf16_generations.json", "token_bench_bf16_block_gated.json"])
+                                         "token_bench_bf16_generations.json", "token_bench_bf16_block_gated.json",
+                                         "token_bench_bf16_compiled.json"])
 
 
 @FILES
