@@ -66,22 +66,9 @@ def native_bf16_mm():
     products over weights laid out in the order it reads them, row-invariant by
     construction) where it built (AVX512-BF16) and ``TOKEN_SPEC_BF16_KERNEL`` is not
     "blas"; else None."""
-    import os
+    from .native_layers import compiled_gemm
 
-    choice = os.environ.get("TOKEN_SPEC_BF16_KERNEL", "auto")
-    if choice not in ("auto", "blas", "native"):
-        raise ValueError(f"TOKEN_SPEC_BF16_KERNEL must be auto, blas or native, got {choice!r}")
-    if choice == "blas":
-        return None
-    from . import native_layers
-
-    module = native_layers.load()
-    if module is None or not module.has_q4_mm():  # built together: both need AVX512-BF16
-        if choice == "native":
-            raise RuntimeError("TOKEN_SPEC_BF16_KERNEL=native, but the bf16 GEMM is not built here "
-                               f"({native_layers.build_error() or 'the CPU has no AVX512-BF16'})")
-        return None
-    return module.bf16_mm
+    return compiled_gemm("bf16_mm", "TOKEN_SPEC_BF16_KERNEL", "blas", "the bf16 GEMM")
 
 
 def pack_bf16(weight: torch.Tensor) -> torch.Tensor:

@@ -58,7 +58,7 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["available", "load", "build_error", "mirror"]
+__all__ = ["available", "load", "build_error", "mirror", "compiled_gemm"]
 
 _SOURCE = r"""
 #include <torch/extension.h>
@@ -706,6 +706,26 @@ def load():
     except Exception as exc:  # any build failure: the Python loop stays
         _ERROR.append(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
         return None
+
+
+def compiled_gemm(op: str, env: str, fallback: str, what: str):
+    """The compiled GEMM ``op`` of this module (``q4_mm``, ``bf16_mm``: built only where the
+    CPU has AVX512-BF16) unless the environment variable ``env`` says ``fallback`` (the
+    ATen kernel the caller runs instead); None where it is not built, or an error naming
+    ``what`` when ``env`` asks for "native" there. ``env``: auto (default), ``fallback`` or
+    native; anything else is refused with one clear error."""
+    choice = os.environ.get(env, "auto")
+    if choice not in ("auto", fallback, "native"):
+        raise ValueError(f"{env} must be auto, {fallback} or native, got {choice!r}")
+    if choice == fallback:
+        return None
+    module = load()
+    if module is None or not module.has_q4_mm():  # every compiled GEMM is built with q4_mm
+        if choice == "native":
+            raise RuntimeError(f"{env}=native, but {what} is not built here "
+                               f"({build_error() or 'the CPU has no AVX512-BF16'})")
+        return None
+    return getattr(module, op)
 
 
 def available() -> bool:

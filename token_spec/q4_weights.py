@@ -43,7 +43,6 @@ matching each dequantised row with the Hugging Face weight, and must be exact.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,20 +65,9 @@ def native_q4_mm():
     products, row-invariant by construction, its cost flat in the rows up to the dot
     products themselves) where it built (AVX512-BF16) and ``TOKEN_SPEC_Q4_KERNEL`` is not
     "aten"; else None (torch's int4 kernel runs)."""
-    choice = os.environ.get("TOKEN_SPEC_Q4_KERNEL", "auto")
-    if choice not in ("auto", "aten", "native"):
-        raise ValueError(f"TOKEN_SPEC_Q4_KERNEL must be auto, aten or native, got {choice!r}")
-    if choice == "aten":
-        return None
-    from . import native_layers
+    from .native_layers import compiled_gemm
 
-    module = native_layers.load()
-    if module is None or not module.has_q4_mm():
-        if choice == "native":
-            raise RuntimeError("TOKEN_SPEC_Q4_KERNEL=native, but the nibble GEMM is not built here "
-                               f"({native_layers.build_error() or 'the CPU has no AVX512-BF16'})")
-        return None
-    return module.q4_mm
+    return compiled_gemm("q4_mm", "TOKEN_SPEC_Q4_KERNEL", "aten", "the nibble GEMM")
 
 
 def _exact_f16(t: torch.Tensor, what: str) -> torch.Tensor:

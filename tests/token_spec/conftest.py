@@ -59,6 +59,38 @@ def native_module():
     return module
 
 
+def _compiled_or_skip(get, what: str):
+    """``get()``'s compiled GEMM; fails where the CPU has AVX512-BF16 but it did not build,
+    skips on other CPUs."""
+    mm = get()
+    if mm is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                has = "avx512_bf16" in f.read()
+        except OSError:  # pragma: no cover - not Linux
+            has = False
+        if has:
+            pytest.fail(f"this CPU has AVX512-BF16 but {what} did not build")
+        pytest.skip(f"{what} needs AVX512-BF16")  # pragma: no cover - other CPUs
+    return mm
+
+
+@pytest.fixture(scope="module")
+def q4_mm():
+    """The compiled nibble GEMM (``native_layers``' ``q4_mm``)."""
+    from token_spec.q4_weights import native_q4_mm
+
+    return _compiled_or_skip(native_q4_mm, "the nibble GEMM")
+
+
+@pytest.fixture(scope="module")
+def bf16_mm():
+    """The compiled bf16 GEMM (``native_layers``' ``bf16_mm``)."""
+    from token_spec.exact_kernels import native_bf16_mm
+
+    return _compiled_or_skip(native_bf16_mm, "the bf16 GEMM")
+
+
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
 def threads(request):
     """The test runs once at 1 and once at 2 torch threads (restored after)."""

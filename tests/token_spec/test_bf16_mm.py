@@ -19,25 +19,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from token_spec.exact_kernels import PAD_WIDTH, Dense, native_bf16_mm, pack_bf16, row_invariant_width
-
-
-def _has_avx512_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "avx512_bf16" in f.read()
-    except OSError:  # pragma: no cover - not Linux
-        return False
-
-
-@pytest.fixture(scope="module")
-def bf16_mm():
-    mm = native_bf16_mm()
-    if mm is None:
-        if _has_avx512_bf16():
-            pytest.fail("this CPU has AVX512-BF16 but the bf16 GEMM did not build")
-        pytest.skip("the bf16 GEMM needs AVX512-BF16")  # pragma: no cover - other CPUs
-    return mm
+from token_spec.exact_kernels import PAD_WIDTH, Dense, pack_bf16, row_invariant_width
 
 
 def _weight(n: int, k: int, seed: int = 0) -> torch.Tensor:

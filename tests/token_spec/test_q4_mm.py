@@ -19,25 +19,7 @@ import pytest
 import torch
 
 from token_spec.exact_kernels import PAD_WIDTH, row_invariant_width
-from token_spec.q4_weights import GROUP, Q4Linear, native_q4_mm, pack_nibbles
-
-
-def _has_avx512_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "avx512_bf16" in f.read()
-    except OSError:  # pragma: no cover - not Linux
-        return False
-
-
-@pytest.fixture(scope="module")
-def q4_mm():
-    mm = native_q4_mm()
-    if mm is None:
-        if _has_avx512_bf16():
-            pytest.fail("this CPU has AVX512-BF16 but the nibble GEMM did not build")
-        pytest.skip("the nibble GEMM needs AVX512-BF16")  # pragma: no cover - other CPUs
-    return mm
+from token_spec.q4_weights import GROUP, Q4Linear, pack_nibbles
 
 
 def _weights(n: int, k: int, seed: int = 0):
