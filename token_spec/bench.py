@@ -24,7 +24,9 @@ load hits every method alike and no method always runs right after the same one.
 request we time the whole call (end-to-end) and the prefill: ours, the prompt's prefill (the first new token is
 decode work); HF and llama.cpp, the time to the first new token (their prefill also
 yields it), so decode tok/s = new tokens after the first / time after it. Per method
-the per-prompt medians over repeats are summed. Identity: each method's greedy output
+the per-prompt medians over repeats are summed; each decode speed-up also gets its 95%
+paired bootstrap interval (``token_spec.paired``): every (prompt, repeat) of the method
+resampled with vanilla's run of the same prompt and repeat. Identity: each method's greedy output
 against its own engine's vanilla (ours: the configuration's vanilla; HF: greedy;
 llama.cpp: vanilla), token for token, over every prompt and repeat. The suffix drafter
 remembers earlier prompts of the run, never the answer it is being timed on.
@@ -189,12 +191,14 @@ def run_bench(args) -> dict:
                             cell.metrics.add(r.metrics)
                     runs.append({"domain": domain, "threads": nt, "method": name, "prompt": pi,
                                  "tokens": [len(r.out) for r in rs], "seconds": [r.total_s for r in rs],
-                                 "prefill_s": [r.prefill_s for r in rs], "identical": same,
+                                 "prefill_s": [r.prefill_s for r in rs],
+                                 "decode_tokens": [r.decode_tokens for r in rs], "identical": same,
                                  "output_ids": rs[0].out})
     bar.close()
     torch.set_num_threads(default_threads)
 
     rows = []
+    intervals = decode_intervals(runs)
     for (domain, nt, name), cell in cells.items():
         vanilla = cells.get((domain, nt, _our_vanilla(name)))
         m = cell.metrics
@@ -205,6 +209,7 @@ def run_bench(args) -> dict:
             "prefill_ms": 1000 * statistics.mean(cell.prefill) if cell.prefill else None,
             "speedup": _ratio(cell.tokens_per_s, vanilla.tokens_per_s if vanilla else None),
             "decode_speedup": _ratio(cell.decode_tokens_per_s, vanilla.decode_tokens_per_s if vanilla else None),
+            "decode_speedup_interval": intervals.get((domain, nt, name)),
             "tau": m.mean_acceptance_length if m is not None and m.num_drafts else None,
             "acceptance_rate": m.acceptance_rate if m is not None else None,
             "identical_prompts": f"{sum(cell.identical)}/{len(cell.identical)}" if cell.identical else None,
@@ -247,6 +252,44 @@ def _our_vanilla(name: str) -> str:
     return "bf16:vanilla"
 
 
+def _decode_units(run: dict) -> list[tuple[float, float]]:
+    """(decoded tokens, decode seconds) of each repeat of one run. Files written before
+    runs kept ``decode_tokens`` follow the engines' rule: ours count every new token
+    (the prompt's prefill is timed apart), HF and llama.cpp all but the first."""
+    tokens = run.get("decode_tokens")
+    if tokens is None:
+        foreign = run["method"].startswith(("hf-", "llamacpp"))
+        tokens = [max(0, n - 1) if foreign else n for n in run["tokens"]]
+    return [(n, s - p) for n, s, p in zip(tokens, run["seconds"], run["prefill_s"])]
+
+
+def decode_intervals(runs: list[dict], level: float = 0.95) -> dict[tuple[str, int, str], tuple[float, float]]:
+    """(domain, threads, method) -> the ``level`` paired bootstrap interval of its decode
+    speed-up (``token_spec.paired``): each (prompt, repeat) of the method paired with the
+    same prompt and repeat of its vanilla, which ran next to it in the same shuffled
+    order. Absent for a vanilla itself and where fewer than two pairs exist."""
+    from .paired import speedup_interval
+
+    by_key = {(r["domain"], r["threads"], r["method"], r["prompt"]): r for r in runs}
+    units: dict[tuple[str, int, str], tuple[list, list]] = {}
+    for (domain, nt, name, prompt), run in by_key.items():
+        ref_name = _our_vanilla(name)
+        ref = by_key.get((domain, nt, ref_name, prompt))
+        if ref_name == name or ref is None:
+            continue
+        mine, theirs = _decode_units(run), _decode_units(ref)
+        n = min(len(mine), len(theirs))
+        pair = units.setdefault((domain, nt, name), ([], []))
+        pair[0].extend(mine[:n])
+        pair[1].extend(theirs[:n])
+    out = {}
+    for key, (mine, theirs) in units.items():
+        interval = speedup_interval(mine, theirs, level=level)
+        if interval is not None:
+            out[key] = interval
+    return out
+
+
 def _ratio(a, b):
     return a / b if a and b else None
 
@@ -269,11 +312,19 @@ def results_table(result: dict):
     from spectool.tables import Column, Table
 
     columns = [Column("domain", 7, "<"), Column(" thr", 4), Column(" method", 27, "<"), Column(" e2e tok/s", 10),
-               Column(" dec tok/s", 10), Column(" prefill ms", 11), Column(" dec.spd", 9), Column(" tau", 6),
-               Column(" identical", 10)]
+               Column(" dec tok/s", 10), Column(" prefill ms", 11), Column(" dec.spd", 9), Column("   95% paired", 13),
+               Column(" tau", 6), Column(" identical", 10)]
+    # results files from before rows kept their interval: computed from their runs
+    computed = decode_intervals(result.get("runs", [])) if any(
+        "decode_speedup_interval" not in r for r in result["rows"]) else {}
+
+    def interval(r: dict) -> str:
+        iv = r.get("decode_speedup_interval", computed.get((r["domain"], r["threads"], r["method"])))
+        return "-" if iv is None else f" {iv[0]:.2f}..{iv[1]:.2f}"
+
     rows = [[r["domain"], f" {r['threads']}", f" {r['method']}", f" {_fmt(r['tokens_per_s'], '.1f')}",
              f" {_fmt(r['decode_tokens_per_s'], '.1f')}", f" {_fmt(r['prefill_ms'], '.0f')}",
-             f" {_fmt(r['decode_speedup'], '.2f')}x", f" {_fmt(r['tau'], '.2f')}",
+             f" {_fmt(r['decode_speedup'], '.2f')}x", interval(r), f" {_fmt(r['tau'], '.2f')}",
              f" {r['identical_prompts'] or '-'}"] for r in result["rows"]]
     return Table(columns, rows)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from token_spec.bench import format_table
+from token_spec.bench import decode_intervals, format_table
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "token-tier-benchmark.md"
@@ -19,7 +19,7 @@ FILES = pytest.mark.parametrize("name", ["token_bench_1thread.json", "token_benc
                                          "token_bench_control_q4_rotation.json",
                                          "token_bench_q4_nibble.json", "token_bench_q4_hybrids.json",
                                          "token_bench_bf16_generations.json", "token_bench_bf16_block_gated.json",
-                                         "token_bench_bf16_compiled.json"])
+                                         "token_bench_bf16_compiled.json", "token_bench_bf16_compiled_rerun.json"])
 
 
 @FILES
@@ -36,3 +36,14 @@ def test_negative_control_a_changed_row_is_not_the_page(name):
     changed["rows"][0]["decode_tokens_per_s"] *= 1.5      # one decode speed, not measured
     assert format_table(changed) != format_table(result)
     assert format_table(changed) not in PAGE.read_text()
+
+
+def test_the_pages_count_of_a_a_intervals_holding_one_is_the_data():
+    names = FILES.args[1]
+    cells = [iv for name in names
+             for (_, _, method), iv in decode_intervals(
+                 json.loads((ROOT / "docs" / "results" / name).read_text())["runs"]).items()
+             if method.endswith(":vanilla-control")]
+    held = sum(lo <= 1.0 <= hi for lo, hi in cells)
+    assert cells
+    assert f"holds 1.00 in {held} of the {len(cells)} A/A cells" in " ".join(PAGE.read_text().split())

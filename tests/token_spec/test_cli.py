@@ -64,15 +64,21 @@ def test_suffix_memory_restarts_for_every_thread_count(target, tmp_path):
 
 def test_the_control_is_a_second_vanilla_measured_against_vanilla(target, tmp_path):
     out = tmp_path / "bench"
-    rc = main(["bench", "--out", str(out), "--max-tokens", "6", "--repeats", "1", "--domains", "code",
+    rc = main(["bench", "--out", str(out), "--max-tokens", "6", "--repeats", "2", "--domains", "code",
                "--prompts", "1", "--drafters", "ngram", "--targets", "fp32", "--hf", "none",
                "--llamacpp", "off", "--threads", "1", "--control"])
     assert rc == 0
-    rows = {r["method"]: r for r in json.loads((out / "bench.json").read_text())["rows"]}
+    result = json.loads((out / "bench.json").read_text())
+    rows = {r["method"]: r for r in result["rows"]}
     control, vanilla = rows["fp32:vanilla-control"], rows["fp32:vanilla"]
     assert control["identical"] is True and control["tokens"] == vanilla["tokens"]
     # its speed-up is over our vanilla of the same target (not the bf16 default of other engines)
     assert control["speedup"] == pytest.approx(control["tokens_per_s"] / vanilla["tokens_per_s"])
+    # each method's paired interval: its two repeats against vanilla's; vanilla has none
+    assert vanilla["decode_speedup_interval"] is None
+    lo, hi = control["decode_speedup_interval"]
+    assert lo - 1e-9 <= control["decode_speedup"] <= hi + 1e-9
+    assert all(run["decode_tokens"] == run["tokens"] for run in result["runs"])   # ours: every new token
 
 
 def test_a_cost_aware_run_records_the_pass_costs_its_gates_used(target, tmp_path, monkeypatch):
