@@ -114,6 +114,14 @@ def _check_settings(tokens_per_s: float, latency_s: float, latency_per_ktok: flo
     return tuple(dict.fromkeys(modes))
 
 
+ANNOUNCE_AFTER_S = 30.0   # the CLI says how long a replay will take at least when it is this long
+
+
+def stream_floor(log: ReplayLog, tokens_per_s: float) -> float:
+    """Log seconds spent streaming the log's turns once: no mode can replay it faster."""
+    return sum(stream_time(t.text, t.tokens_per_s or tokens_per_s) for t in log.turns)
+
+
 async def replay(log: ReplayLog, *, tokens_per_s: float = 50.0, latency_s: float = 2.0,
                  latency_per_ktok: float = 0.0, time_scale: float = 1.0,
                  modes: tuple[str, ...] = MODES, extra_tools: tuple[str, ...] = (),
@@ -127,7 +135,7 @@ async def replay(log: ReplayLog, *, tokens_per_s: float = 50.0, latency_s: float
     it, and :class:`ReplayCheckError` when a self-check fails."""
     modes = _check_settings(tokens_per_s, latency_s, latency_per_ktok, time_scale,
                             time_limit, modes, harness, executor)
-    floor = sum(stream_time(t.text, t.tokens_per_s or tokens_per_s) for t in log.turns)
+    floor = stream_floor(log, tokens_per_s)
     if floor * time_scale * len(modes) > time_limit:
         raise ReplayError(f"streaming the log alone takes {floor * time_scale * len(modes):.0f}"
                           f" s in {len(modes)} modes at time_scale {time_scale:g}, past the "
@@ -253,6 +261,12 @@ def main(argv_args: Any) -> int:
     if argv_args.context is not None:
         context = Path(argv_args.context).read_text(encoding="utf-8")
     log = load_log(argv_args.log, context)
+    modes = argv_args.modes
+    floor = stream_floor(log, argv_args.rate) * argv_args.time_scale * len(modes)
+    if floor >= ANNOUNCE_AFTER_S:   # a long wait is said before it starts, with the way to shorten it
+        print(f"spectool replay: {len(log.turns)} turns in {len(modes)} modes; streaming alone takes "
+              f"{floor:.1f} s at --time-scale {argv_args.time_scale:g} (0.1 replays 10x faster)",
+              file=sys.stderr, flush=True)
     report = anyio.run(lambda: replay(
         log, tokens_per_s=argv_args.rate, latency_s=argv_args.latency,
         latency_per_ktok=argv_args.latency_per_ktok,

@@ -389,10 +389,23 @@ async def test_replay_of_the_example_log_is_identical_across_modes(anyio_backend
 def test_cli_replay_writes_table_json_and_png(tmp_path, capsys):
     assert cli.main(["replay", str(EXAMPLE), "--time-scale", "0.02", "--rate", "200",
                      "--latency", "0.5", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "spectool replay" in out and "SIMULATED" in out and "self-checks passed" in out
+    assert "streaming alone takes" not in captured.err      # a short replay is not announced
     for name in ("replay.json", "table.txt", "timeline.png"):
         assert (tmp_path / name).stat().st_size > 0
+
+
+def test_cli_replay_says_first_how_long_a_long_replay_takes_at_least(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(replay_mod, "ANNOUNCE_AFTER_S", 0.0)   # every replay counts as long here
+    assert cli.main(["replay", str(EXAMPLE), "--time-scale", "0.02", "--rate", "200",
+                     "--latency", "0.5", "--modes", "baseline,spec"]) == 0
+    floor = replay_mod.stream_floor(replay_mod.load_log(str(EXAMPLE)), 200) * 0.02 * 2
+    assert floor > 0
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith("spectool replay: ") and "in 2 modes" in first
+    assert f"streaming alone takes {floor:.1f} s at --time-scale 0.02" in first
 
 
 def test_cli_replay_inprocess_warns_on_stderr(tmp_path, capsys):
