@@ -106,12 +106,16 @@ def _check_settings(tokens_per_s: float, latency_s: float, latency_per_ktok: flo
                           f"{', '.join(HARNESS_NAMES)}")
     if executor not in EXECUTORS:
         raise ReplayError(f"unknown executor {executor!r}; choose from {', '.join(EXECUTORS)}")
-    if "baseline" not in modes:
-        modes = ("baseline",) + tuple(modes)
+    modes = run_modes(modes)
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise ReplayError(f"unknown mode(s) {bad}; choose from {MODES}")
-    return tuple(dict.fromkeys(modes))
+    return modes
+
+
+def run_modes(modes) -> tuple[str, ...]:
+    """The modes a replay runs: baseline first (always), then the others, each once."""
+    return tuple(dict.fromkeys(("baseline", *modes)))
 
 
 ANNOUNCE_AFTER_S = 30.0   # the CLI says how long a replay will take at least when it is this long
@@ -261,7 +265,7 @@ def main(argv_args: Any) -> int:
     if argv_args.context is not None:
         context = Path(argv_args.context).read_text(encoding="utf-8")
     log = load_log(argv_args.log, context)
-    modes = argv_args.modes
+    modes = run_modes(argv_args.modes)
     floor = stream_floor(log, argv_args.rate) * argv_args.time_scale * len(modes)
     if floor >= ANNOUNCE_AFTER_S:   # a long wait is said before it starts, with the way to shorten it
         print(f"spectool replay: {len(log.turns)} turns in {len(modes)} modes; streaming alone takes "
