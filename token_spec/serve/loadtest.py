@@ -372,9 +372,12 @@ def main(args: argparse.Namespace) -> int:
         _methods(args)
     except ValueError as exc:
         args.parser.error(str(exc))
-    # The client's libraries (httpx loads ssl, a C extension) are imported before --out
-    # exists: a Ctrl-C that lands inside a C extension's import can surface as a garbled
-    # error instead of a KeyboardInterrupt, and --out is the sign the work has begun.
+    # The event loop and the client (asyncio and httpx load ssl, a C extension) are
+    # imported before --out exists: a Ctrl-C that lands inside a C extension's import can
+    # surface as an unrelated error instead of a KeyboardInterrupt, and --out is the sign
+    # that the run has begun.
+    import asyncio  # noqa: F401
+
     import anyio  # noqa: F401
     import httpx  # noqa: F401
 
