@@ -206,6 +206,12 @@ def run_interruptible(label: str, out: str | os.PathLike | None, run: Callable[[
     130. Whenever ``run`` does not return normally, an ``out`` folder that did not exist
     before and is still empty is removed (a folder that existed, or has content, stays).
     """
+    # The event loop's modules (asyncio loads ssl, a C extension) are imported before the
+    # command runs and makes its --out: a Ctrl-C that lands inside a C extension's import
+    # can surface as an unrelated error instead of a KeyboardInterrupt. A command's own
+    # heavy imports belong before its --out too.
+    import asyncio  # noqa: F401
+
     fresh_out = out is not None and not Path(out).exists()
     try:
         return run()

@@ -127,12 +127,8 @@ def run_oolong(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
     from .runner import BenchConfig, main_bench
 
-    # The event loop and the runtime are imported before --out exists (asyncio loads ssl,
-    # the agents pydantic-core: C extensions): a Ctrl-C that lands inside a C extension's
-    # import can surface as an unrelated error instead of a KeyboardInterrupt, and --out
-    # is the sign that the run has begun.
-    import asyncio  # noqa: F401
-
+    # the agents (pydantic-core, a C extension) are imported before --out exists, as the
+    # event loop is (``spectool.cli.run_interruptible``): --out marks the run as begun
     import spectool_agents  # noqa: F401
 
     if args.sub_model == "local":

@@ -80,6 +80,5 @@ def reference_interval(method: Sequence[Unit], reference: Sequence[Unit], *, lev
             values.append((t / s) / (big_t / big_s))
     if not values:
         return None
-    values.sort()
     tail = (1.0 - level) / 2.0
     return float(np.quantile(values, tail)), float(np.quantile(values, 1.0 - tail))

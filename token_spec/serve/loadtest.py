@@ -372,12 +372,8 @@ def main(args: argparse.Namespace) -> int:
         _methods(args)
     except ValueError as exc:
         args.parser.error(str(exc))
-    # The event loop and the client (asyncio and httpx load ssl, a C extension) are
-    # imported before --out exists: a Ctrl-C that lands inside a C extension's import can
-    # surface as an unrelated error instead of a KeyboardInterrupt, and --out is the sign
-    # that the run has begun.
-    import asyncio  # noqa: F401
-
+    # the client is imported before --out exists, as the event loop is
+    # (``spectool.cli.run_interruptible``): --out marks the run as begun
     import anyio  # noqa: F401
     import httpx  # noqa: F401
 
